@@ -1,0 +1,72 @@
+/*
+ * sdpa_probe_lib.h -- what the built-in kernel library exports beyond the
+ * kernel ABI: the kernel registry, tuning entry points, runtime helpers and
+ * counters. Every exported symbol is prefixed sdpa_probe_.
+ * The Python cdef in sdpa_probe/native.py mirrors this file.
+ */
+#ifndef SDPA_PROBE_LIB_H
+#define SDPA_PROBE_LIB_H
+
+#include <stdint.h>
+
+#include "sdpa_probe.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SDPA_PROBE_MAX_THREADS 64
+
+/* Kernel features, for `probe kernels`. */
+enum sdpa_probe_feature {
+  SDPA_FEAT_GQA_IN_KERNEL = 1 << 0,   /* query heads of a group share one K/V pass */
+  SDPA_FEAT_GQA_BROADCAST = 1 << 1,   /* materialises the repeat-interleaved K/V */
+  SDPA_FEAT_CAUSAL = 1 << 2,
+  SDPA_FEAT_MASK = 1 << 3,
+  SDPA_FEAT_STRIDED = 1 << 4,
+  SDPA_FEAT_ONLINE_SOFTMAX = 1 << 5,
+  SDPA_FEAT_MASK_SKIP = 1 << 6,       /* skips key blocks the mask hides */
+  SDPA_FEAT_SPLIT_K = 1 << 7,         /* splits long kv across threads, merges partial softmax */
+  SDPA_FEAT_PER_TOKEN_I8 = 1 << 8,
+  SDPA_FEAT_ALLOC_PER_BLOCK = 1 << 9, /* allocates its dequant buffer per key block */
+  SDPA_FEAT_FULL_SCORES = 1 << 10     /* materialises the [q_len, kv_len] score matrix */
+};
+
+typedef struct sdpa_probe_kernel_info {
+  const char *name;
+  const char *description;
+  uint32_t dtypes;   /* bit (1 << sdpa_dtype) for each accepted q/k/v storage dtype */
+  uint32_t features; /* enum sdpa_probe_feature bits */
+} sdpa_probe_kernel_info;
+
+int64_t sdpa_probe_kernel_count(void);
+const sdpa_probe_kernel_info *sdpa_probe_kernel_get(int64_t index);
+int sdpa_probe_kernel_forward(int64_t index, const sdpa_args *args);
+/* Per-thread scratch bytes the kernel allocates for these arguments (0 if none). */
+int64_t sdpa_probe_kernel_scratch_bytes(int64_t index, const sdpa_args *args);
+
+/* flash with explicit block sizes (<= 0: defaults). */
+typedef struct sdpa_probe_flash_opts {
+  int64_t q_block;
+  int64_t kv_block;
+  int32_t n_splits; /* split-k factor over kv; <= 0: chosen from the shape and threads */
+} sdpa_probe_flash_opts;
+int sdpa_probe_flash_forward_ex(const sdpa_args *args, const sdpa_probe_flash_opts *opts);
+int sdpa_probe_flash_maskskip_forward_ex(const sdpa_args *args, const sdpa_probe_flash_opts *opts);
+
+/* Runtime. */
+int sdpa_probe_default_threads(void);
+int64_t sdpa_probe_align_up(int64_t x, int64_t a); /* a a power of two > 0; -1 otherwise */
+void sdpa_probe_alloc_stats(int64_t *count, int64_t *bytes);
+void sdpa_probe_alloc_reset(void);
+
+/* Internal (not for Python): counted allocation and the thread pool. */
+void *sdpa_probe_malloc(int64_t bytes);
+void sdpa_probe_free(void *p);
+typedef void (*sdpa_probe_task_fn)(void *ctx, int64_t task, int thread);
+void sdpa_probe_parallel_for(int n_threads, int64_t n_tasks, sdpa_probe_task_fn fn, void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,31 @@
+/* The tiled online-softmax core shared by flash, flash_maskskip and the
+ * int8 kernels. */
+#ifndef SDPA_PROBE_FLASH_CORE_H
+#define SDPA_PROBE_FLASH_CORE_H
+
+#include "common.h"
+
+/* Key ranges worth visiting, per query block, from a scan of the mask. */
+typedef struct flash_mask_plan {
+  int64_t n_qblocks;
+  const int64_t *seg_begin;   /* [n_qblocks + 1]: segment index range per query block */
+  const int64_t *segs;        /* [2 * n_segs]: [start, end) key ranges, ascending */
+  const int32_t *zero_prefix; /* [n_qblocks][kv_len + 1]: prefix count of columns whose
+                                 mask is exactly 0 for every row of the block */
+} flash_mask_plan;
+
+typedef struct flash_cfg {
+  int64_t q_block, kv_block;
+  int32_t n_splits;        /* <= 0: choose */
+  int32_t alloc_per_block; /* dequant buffers malloc'd per key block (seed 000's pattern) */
+  const flash_mask_plan *plan;
+} flash_cfg;
+
+#define FLASH_DEFAULT_Q_BLOCK 32
+#define FLASH_DEFAULT_KV_BLOCK 128
+
+void flash_cfg_defaults(flash_cfg *cfg, const sdpa_probe_flash_opts *opts);
+int flash_core(const sdpa_args *a, const flash_cfg *cfg);
+int64_t flash_scratch_bytes(const sdpa_args *a, const flash_cfg *cfg);
+
+#endif

@@ -1,0 +1,32 @@
+/* `quant_int8` and `quant_int8_alloc`: int8 K/V (and optionally Q) with
+ * per-token asymmetric quantization, real = (x - zero_point) * scale, one
+ * (scale, zero_point) per (batch, position, head) as in ExecuTorch's
+ * custom_quantized_sdpa. quant_int8 dequantises each K/V block into a
+ * per-thread scratch buffer allocated once per call; quant_int8_alloc
+ * allocates that buffer per key block (seed 000's overhead, kept measurable). */
+#include "flash_core.h"
+
+static int quant_forward(const sdpa_args *a, int alloc_per_block) {
+  int st = sdpa_validate_args(a);
+  if (st != SDPA_OK) return st;
+  if (a->kv_len > 0 && (a->k.dtype != SDPA_I8 || a->v.dtype != SDPA_I8)) return SDPA_UNSUPPORTED;
+  flash_cfg cfg;
+  flash_cfg_defaults(&cfg, NULL);
+  cfg.alloc_per_block = alloc_per_block;
+  return flash_core(a, &cfg);
+}
+
+int sdpa_probe_quant_int8_forward(const sdpa_args *a) { return quant_forward(a, 0); }
+int sdpa_probe_quant_int8_alloc_forward(const sdpa_args *a) { return quant_forward(a, 1); }
+
+int64_t sdpa_probe_quant_int8_scratch(const sdpa_args *a) {
+  flash_cfg cfg;
+  flash_cfg_defaults(&cfg, NULL);
+  return flash_scratch_bytes(a, &cfg);
+}
+int64_t sdpa_probe_quant_int8_alloc_scratch(const sdpa_args *a) {
+  flash_cfg cfg;
+  flash_cfg_defaults(&cfg, NULL);
+  cfg.alloc_per_block = 1;
+  return flash_scratch_bytes(a, &cfg);
+}

@@ -1,0 +1,52 @@
+"""cffi declarations mirroring native/include/*.h (cffi cannot read #include)."""
+
+ABI = """
+#define SDPA_ABI_VERSION 1
+enum sdpa_dtype { SDPA_F32 = 0, SDPA_F16 = 1, SDPA_BF16 = 2, SDPA_I8 = 3 };
+enum sdpa_status { SDPA_OK = 0, SDPA_UNSUPPORTED = 1, SDPA_INVALID = 2 };
+typedef struct sdpa_tensor {
+  void *data; int32_t dtype; int64_t stride[4];
+  const float *scale; const int8_t *zero_point; int64_t qstride[3];
+} sdpa_tensor;
+typedef struct sdpa_args {
+  int32_t abi_version;
+  int64_t batch, n_heads, n_kv_heads, q_len, kv_len, head_dim;
+  sdpa_tensor q, k, v, out;
+  const float *mask; int64_t mask_row_stride;
+  int32_t is_causal; int64_t start_pos; float scale; int32_t n_threads;
+} sdpa_args;
+"""
+
+USER_KERNEL = ABI + """
+int sdpa_forward(const sdpa_args *args);
+"""
+
+LIB = ABI + """
+#define SDPA_PROBE_MAX_THREADS 64
+typedef struct sdpa_probe_kernel_info {
+  const char *name; const char *description; uint32_t dtypes; uint32_t features;
+} sdpa_probe_kernel_info;
+int64_t sdpa_probe_kernel_count(void);
+const sdpa_probe_kernel_info *sdpa_probe_kernel_get(int64_t index);
+int sdpa_probe_kernel_forward(int64_t index, const sdpa_args *args);
+int64_t sdpa_probe_kernel_scratch_bytes(int64_t index, const sdpa_args *args);
+typedef struct sdpa_probe_flash_opts { int64_t q_block; int64_t kv_block; int32_t n_splits; }
+  sdpa_probe_flash_opts;
+int sdpa_probe_flash_forward_ex(const sdpa_args *args, const sdpa_probe_flash_opts *opts);
+int sdpa_probe_flash_maskskip_forward_ex(const sdpa_args *args, const sdpa_probe_flash_opts *opts);
+int sdpa_probe_default_threads(void);
+int64_t sdpa_probe_align_up(int64_t x, int64_t a);
+void sdpa_probe_alloc_stats(int64_t *count, int64_t *bytes);
+void sdpa_probe_alloc_reset(void);
+"""
+
+# Feature bits of enum sdpa_probe_feature, in bit order.
+FEATURES = [
+    "gqa-in-kernel", "gqa-broadcast", "causal", "mask", "strided", "online-softmax",
+    "mask-skip", "split-k", "per-token-i8", "alloc-per-block", "full-scores",
+]
+
+# Declarations of the non-kernel parts of the library (decode building blocks,
+# micro-benchmarks); each part adds its cdef text and its #include line here.
+EXTRA = ""
+EXTRA_INCLUDES = ""

@@ -1,0 +1,248 @@
+"""Runtime build of native code into a hash-keyed cache (cffi API mode, out-of-line).
+
+The cache key covers the sources, headers, cdef, compiler and its version, flags,
+CPU model and package version, so a change to any of them builds a new module
+beside the old one. A build happens in a temporary directory, the finished
+module is moved into place with os.replace, and a file lock keeps parallel
+test workers from building the same key twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+from . import __version__
+from .errors import BuildError
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+NATIVE_DIR = PACKAGE_DIR / "_native"  # installed copy (wheel)
+if not NATIVE_DIR.is_dir():
+    NATIVE_DIR = PACKAGE_DIR.parent / "native"  # source checkout
+INCLUDE_DIR = NATIVE_DIR / "include"
+SRC_DIR = NATIVE_DIR / "src"
+
+BASE_FLAGS = ["-std=c11", "-O3", "-fno-math-errno", "-fno-trapping-math", "-pthread", "-Wall"]
+NATIVE_ARCH = ["-march=native"]
+
+
+def cache_root() -> Path:
+    env = os.environ.get("SDPA_PROBE_CACHE")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "sdpa_probe"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "Model", "cpu model")):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def compiler_command(cc: str | None) -> list[str]:
+    cmd = cc or os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    return shlex.split(cmd)
+
+
+def compiler_version(cc: list[str]) -> str:
+    try:
+        out = subprocess.run(cc + ["--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(f"compiler {' '.join(cc)!r} cannot be run: {exc}") from None
+    if out.returncode != 0:
+        raise BuildError(f"compiler {' '.join(cc)!r} failed to report its version")
+    return out.stdout.splitlines()[0].strip() if out.stdout else ""
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildSpec:
+    """What goes into one module: its name stem, C sources, cdef and flags."""
+
+    stem: str
+    cdef: str
+    source: str  # the C text cffi's set_source gets (usually #includes)
+    sources: tuple[Path, ...] = ()
+    headers: tuple[Path, ...] = ()
+    include_dirs: tuple[Path, ...] = ()
+    extra_link: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass
+class BuildResult:
+    module_name: str
+    path: Path
+    cc: str
+    cc_version: str
+    flags: list[str]
+    seconds: float
+    cached: bool
+    fallback: bool  # portable flags were used because -march=native failed
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["path"] = str(self.path)
+        return d
+
+
+def _key(spec: BuildSpec, cc: list[str], cc_version: str, flags: list[str]) -> str:
+    h = hashlib.sha256()
+    for part in (spec.stem, spec.cdef, spec.source, " ".join(cc), cc_version, " ".join(flags),
+                 cpu_model(), __version__, sys.version, " ".join(spec.extra_link)):
+        h.update(part.encode())
+        h.update(b"\0")
+    for path in sorted(set(spec.sources) | set(spec.headers)):
+        h.update(str(path.name).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _ext_suffix() -> str:
+    return importlib.machinery.EXTENSION_SUFFIXES[0]
+
+
+def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str], dest: Path) -> None:
+    import cffi  # local: building is rare, importing cffi's compiler bits is slow
+
+    ffi = cffi.FFI()
+    ffi.cdef(spec.cdef)
+    ffi.set_source(
+        module_name,
+        spec.source,
+        sources=[str(s) for s in spec.sources],
+        include_dirs=[str(d) for d in spec.include_dirs],
+        extra_compile_args=flags,
+        extra_link_args=["-pthread", *spec.extra_link],
+        libraries=["m"],
+    )
+    with tempfile.TemporaryDirectory(prefix="sdpa_probe_build_", dir=dest.parent) as tmp:
+        # distutils reads CC / LDSHARED from the environment; CFLAGS would be
+        # prepended to ours, so it is set aside during the build
+        saved = {k: os.environ.get(k) for k in ("CC", "LDSHARED", "CFLAGS")}
+        os.environ["CC"] = " ".join(cc)
+        os.environ["LDSHARED"] = " ".join(cc) + " -shared"
+        os.environ.pop("CFLAGS", None)
+        log_path = Path(tmp) / "build.log"
+        try:
+            with open(log_path, "w") as log, _redirect_fd(1, log), _redirect_fd(2, log):
+                built = ffi.compile(tmpdir=tmp, verbose=False)
+        except Exception as exc:  # cffi raises VerificationError / CompileError / LinkError
+            text = log_path.read_text(errors="replace") if log_path.exists() else ""
+            errors = [ln for ln in text.splitlines() if "error" in ln.lower()]
+            detail = errors[0].strip() if errors else str(exc).splitlines()[0]
+            raise BuildError(f"compiling {module_name} failed: {detail}") from None
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        os.replace(built, dest)
+
+
+@contextlib.contextmanager
+def _redirect_fd(fd: int, fileobj):
+    """Send a raw file descriptor (the compiler's stderr) into a log file."""
+    saved = os.dup(fd)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fileobj.fileno(), fd)
+        yield
+    finally:
+        os.dup2(saved, fd)
+        os.close(saved)
+
+
+def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
+          cflags: str | None = None) -> BuildResult:
+    """Build (or find in the cache) the module described by spec."""
+    cc_cmd = compiler_command(cc)
+    cc_version = compiler_version(cc_cmd)
+    user_flags = shlex.split(cflags) if cflags is not None else shlex.split(
+        os.environ.get("SDPA_PROBE_CFLAGS", ""))
+    attempts = [BASE_FLAGS + NATIVE_ARCH + user_flags]
+    if not any(f.startswith(("-march", "-mcpu")) for f in user_flags):
+        attempts.append(BASE_FLAGS + user_flags)  # portable fallback
+    else:
+        attempts = [BASE_FLAGS + user_flags]
+    root = cache_root()
+    last_error: BuildError | None = None
+    for n, flags in enumerate(attempts):
+        key = _key(spec, cc_cmd, cc_version, flags)
+        module_name = f"_{spec.stem}_{key}"
+        dest = root / (module_name + _ext_suffix())
+        with _locked(root / (module_name + ".lock")):
+            if dest.exists() and not force:
+                return BuildResult(module_name, dest, " ".join(cc_cmd), cc_version, flags, 0.0,
+                                   True, n > 0)
+            t0 = time.perf_counter()
+            try:
+                _compile(spec, module_name, cc_cmd, flags, dest)
+            except BuildError as exc:
+                last_error = exc
+                continue
+            return BuildResult(module_name, dest, " ".join(cc_cmd), cc_version, flags,
+                               time.perf_counter() - t0, False, n > 0)
+    assert last_error is not None
+    raise last_error
+
+
+_loaded: dict[Path, object] = {}
+
+
+def load(result: BuildResult):
+    """Import a built module by path (each has a unique name, so many can coexist)."""
+    if result.path in _loaded:
+        return _loaded[result.path]
+    spec = importlib.util.spec_from_file_location(result.module_name, result.path)
+    if spec is None or spec.loader is None:
+        raise BuildError(f"cannot load {result.path}")
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+    except ImportError as exc:
+        raise BuildError(f"cannot load {result.path}: {exc}") from None
+    _loaded[result.path] = mod
+    return mod
+
+
+def clear_cache() -> int:
+    root = cache_root()
+    n = 0
+    if root.is_dir():
+        for p in root.iterdir():
+            if p.name.startswith("_") and (p.suffix in (".so", ".lock") or p.name.endswith(".so")):
+                p.unlink(missing_ok=True)
+                n += 1
+        shutil.rmtree(root / "tmp", ignore_errors=True)
+    return n

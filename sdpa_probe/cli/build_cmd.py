@@ -1,0 +1,41 @@
+"""`probe build`: compile the native kernel library (or a user kernel) into the cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from .. import native
+from . import command
+from .output import Output
+
+
+@command("build")
+def build_command(
+    force: bool = typer.Option(False, "--force", help="Rebuild even if the cache has this build."),
+    cc: str | None = typer.Option(None, "--cc", help="C compiler (default: $CC, then Python's)."),
+    cflags: str | None = typer.Option(
+        None, "--cflags", help='Extra compiler flags, e.g. "-O2"; they come after the defaults.'),
+    kernel: Path | None = typer.Option(
+        None, "--kernel", help="Build a user kernel file (.c implementing sdpa_forward)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the build record as JSON."),
+) -> None:
+    """Compile the native kernels into the build cache and say what was built where."""
+    out = Output(json_out)
+    native.configure(cc=cc, cflags=cflags)
+    if kernel is not None:
+        res = native.build(native.user_kernel_spec(kernel), force=force, cc=cc, cflags=cflags)
+    else:
+        res = native.build_lib(force=force)
+        native.load(res)  # a build that does not import is not a build
+    if json_out:
+        out.emit_json(res.as_dict())
+        return
+    state = "cached" if res.cached else f"built in {res.seconds:.1f} s"
+    out.print(f"[bold]{res.module_name}[/] ({state})")
+    out.print(f"  path      {res.path}")
+    out.print(f"  compiler  {res.cc}  ({res.cc_version})")
+    out.print(f"  flags     {' '.join(res.flags)}")
+    if res.fallback:
+        out.warn("-march=native failed with this compiler; built with portable flags")

@@ -1,0 +1,65 @@
+"""One output sink per command: data to stdout, diagnostics to stderr; --json
+switches the data side to a single JSON document."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ..errors import ProbeError
+
+
+def _clean(obj: Any) -> Any:
+    """JSON has no NaN/Inf: write them as strings so the file stays valid JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(_clean(obj), indent=2, allow_nan=False)
+
+
+class Output:
+    def __init__(self, json_mode: bool = False):
+        self.json_mode = json_mode
+        self.out = Console(highlight=False, soft_wrap=False)
+        self.err = Console(stderr=True, highlight=False)
+
+    def print(self, *objs: Any, **kw) -> None:
+        """Human-readable data (suppressed in JSON mode, where stdout is the document)."""
+        if self.json_mode:
+            return
+        self.out.print(*objs, **kw)
+
+    def note(self, msg: str) -> None:
+        self.err.print(msg, markup=False, highlight=False)
+
+    def warn(self, msg: str) -> None:
+        self.err.print(f"[yellow]warning:[/] {msg}")
+
+    def emit_json(self, obj: Any) -> None:
+        sys.stdout.write(dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    @staticmethod
+    def write_json(path: str, obj: Any) -> None:
+        """Write a JSON document to a path, or to stdout for '-'."""
+        text = dumps(obj) + "\n"
+        if path == "-":
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            return
+        try:
+            Path(path).write_text(text)
+        except OSError as exc:
+            raise ProbeError(f"cannot write {path}: {exc.strerror}") from None

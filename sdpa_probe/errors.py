@@ -1,0 +1,25 @@
+"""Typed errors. Every user-facing error becomes one line on stderr and an exit code."""
+
+
+class ProbeError(Exception):
+    """A user mistake or an unusable environment: one line, exit code 2."""
+
+    exit_code = 2
+
+
+class BuildError(ProbeError):
+    """The native code could not be compiled or loaded."""
+
+
+class KernelError(Exception):
+    """A kernel returned a non-OK status."""
+
+    status = -1
+
+
+class SdpaUnsupported(KernelError):
+    status = 1
+
+
+class SdpaInvalid(KernelError):
+    status = 2

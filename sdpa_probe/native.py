@@ -1,0 +1,295 @@
+"""Thin wrapper over the native kernel libraries (ours and a user's).
+
+Arrays are numpy views in the logical layout [batch, seq, heads, head_dim], with
+any element strides (seq-at-dim-2 layouts are just transposed views). Storage
+dtypes: float32, float16, int8 (with per-token scale / zero point, see
+QuantTensor) and bfloat16, which numpy lacks, carried as uint16 bit patterns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from . import _cdefs
+from .build import INCLUDE_DIR, SRC_DIR, BuildResult, BuildSpec, build, load  # noqa: F401
+from .errors import ProbeError, SdpaInvalid, SdpaUnsupported
+
+F32, F16, BF16, I8 = 0, 1, 2, 3
+DTYPE_NAMES = {F32: "f32", F16: "f16", BF16: "bf16", I8: "i8"}
+_NP_CODES = {np.dtype(np.float32): F32, np.dtype(np.float16): F16,
+             np.dtype(np.uint16): BF16, np.dtype(np.int8): I8}
+
+
+@dataclasses.dataclass
+class QuantTensor:
+    """int8 values [B, S, H, D] with per-token scale [B, S, H] (float32) and zero point
+    [B, S, H] (int8, or None for 0): real = (data - zero_point) * scale."""
+
+    data: np.ndarray
+    scale: np.ndarray
+    zero_point: np.ndarray | None = None
+
+
+# ---- building and loading -------------------------------------------------
+
+def lib_spec() -> BuildSpec:
+    sources = tuple(sorted(SRC_DIR.glob("*.c")))
+    headers = tuple(sorted(INCLUDE_DIR.glob("*.h")) + sorted(SRC_DIR.glob("*.h")))
+    return BuildSpec(
+        stem="sdpa_probe_native",
+        cdef=_cdefs.LIB + _cdefs.EXTRA,
+        source='#include "sdpa_probe_lib.h"\n' + _cdefs.EXTRA_INCLUDES,
+        sources=sources,
+        headers=headers,
+        include_dirs=(INCLUDE_DIR, SRC_DIR),
+    )
+
+
+_build_opts: dict = {}
+
+
+def configure(cc: str | None = None, cflags: str | None = None) -> None:
+    """Set the compiler and flags used for every later build in this process."""
+    _build_opts.update(cc=cc, cflags=cflags)
+    native_lib.cache_clear()
+
+
+def build_lib(force: bool = False) -> BuildResult:
+    return build(lib_spec(), force=force, **_build_opts)
+
+
+@functools.lru_cache(maxsize=1)
+def native_lib():
+    """The built-in kernel library: (ffi, lib, build result)."""
+    res = build_lib()
+    mod = load(res)
+    return mod.ffi, mod.lib, res
+
+
+def user_kernel_spec(path: Path) -> BuildSpec:
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise ProbeError(f"kernel file not found: {path}")
+    if path.suffix == ".c":
+        return BuildSpec(stem="sdpa_probe_user", cdef=_cdefs.USER_KERNEL,
+                         source='#include "sdpa_probe.h"\n', sources=(path,),
+                         headers=tuple(sorted(INCLUDE_DIR.glob("*.h"))),
+                         include_dirs=(INCLUDE_DIR, path.parent))
+    if path.suffix == ".so":
+        # API mode against a prebuilt library: link a shim module to it
+        return BuildSpec(stem="sdpa_probe_user_so", cdef=_cdefs.USER_KERNEL,
+                         source='#include "sdpa_probe.h"\n',
+                         headers=(path,) + tuple(sorted(INCLUDE_DIR.glob("*.h"))),
+                         include_dirs=(INCLUDE_DIR,),
+                         extra_link=(str(path), f"-Wl,-rpath,{path.parent}"))
+    raise ProbeError(f"--kernel wants a .c or .so file, got {path.name}")
+
+
+# ---- kernels ------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class KernelInfo:
+    name: str
+    description: str
+    dtypes: tuple[str, ...]
+    features: tuple[str, ...]
+    index: int  # registry index in our library; -1 for a user kernel
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "description": self.description,
+                "dtypes": list(self.dtypes), "features": list(self.features)}
+
+
+class Kernel:
+    """One callable SDPA kernel behind the C ABI."""
+
+    def __init__(self, ffi, lib, info: KernelInfo, user: bool = False):
+        self.ffi, self.lib, self.info, self.user = ffi, lib, info, user
+
+    @property
+    def name(self) -> str:
+        return self.info.name
+
+    def forward_args(self, args) -> int:
+        """Call with a prepared sdpa_args*; returns the raw status code."""
+        if self.user:
+            return int(self.lib.sdpa_forward(args))
+        return int(self.lib.sdpa_probe_kernel_forward(self.info.index, args))
+
+    def scratch_bytes(self, args) -> int:
+        if self.user:
+            return -1
+        return int(self.lib.sdpa_probe_kernel_scratch_bytes(self.info.index, args))
+
+    def __call__(self, q, k, v, out, **kw) -> None:
+        call = prepare(self.ffi, q, k, v, out, **kw)
+        raise_for_status(self.forward_args(call.args), self.name)
+
+
+def _decode_info(ffi, ptr, index: int) -> KernelInfo:
+    dtypes = tuple(DTYPE_NAMES[c] for c in range(4) if ptr.dtypes & (1 << c))
+    feats = tuple(name for bit, name in enumerate(_cdefs.FEATURES) if ptr.features & (1 << bit))
+    return KernelInfo(ffi.string(ptr.name).decode(), ffi.string(ptr.description).decode(),
+                      dtypes, feats, index)
+
+
+@functools.lru_cache(maxsize=1)
+def builtin_kernels() -> dict[str, Kernel]:
+    ffi, lib, _ = native_lib()
+    out = {}
+    for i in range(lib.sdpa_probe_kernel_count()):
+        info = _decode_info(ffi, lib.sdpa_probe_kernel_get(i), i)
+        out[info.name] = Kernel(ffi, lib, info)
+    return out
+
+
+def get_kernel(name: str) -> Kernel:
+    kernels = builtin_kernels()
+    if name not in kernels:
+        raise ProbeError(f"unknown kernel {name!r}; known: {', '.join(kernels)}")
+    return kernels[name]
+
+
+def load_user_kernel(path: Path, force: bool = False) -> Kernel:
+    spec = user_kernel_spec(path)
+    res = build(spec, force=force, **_build_opts)
+    mod = load(res)
+    info = KernelInfo(f"user:{Path(path).name}", f"user kernel {path}",
+                      ("f32", "f16", "bf16", "i8"), (), -1)
+    return Kernel(mod.ffi, mod.lib, info, user=True)
+
+
+def raise_for_status(status: int, name: str) -> None:
+    if status == 0:
+        return
+    if status == 1:
+        raise SdpaUnsupported(f"{name}: SDPA_UNSUPPORTED")
+    if status == 2:
+        raise SdpaInvalid(f"{name}: SDPA_INVALID")
+    raise SdpaInvalid(f"{name}: unknown status {status}")
+
+
+# ---- argument marshalling ---------------------------------------------------
+
+def _root_array(a: np.ndarray) -> np.ndarray:
+    root = a
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    return root
+
+
+def _pointer(ffi, a: np.ndarray, keep: list):
+    """A void* to a's first element. Views go through ffi.from_buffer of the
+    contiguous array they view, after checking the view lies inside it."""
+    if a.size == 0:
+        raise ValueError("empty array")
+    root = _root_array(a)
+    if root is not a and root.flags.c_contiguous:
+        lo, hi = np.lib.array_utils.byte_bounds(a)
+        rlo, rhi = np.lib.array_utils.byte_bounds(root)
+        if not (rlo <= lo and hi <= rhi):
+            raise ValueError("view lies outside its base array")
+        buf = ffi.from_buffer(root.reshape(-1).view(np.uint8))
+        keep.append(buf)
+        return ffi.cast("char *", buf) + (a.__array_interface__["data"][0] - rlo)
+    if a.flags.c_contiguous:
+        buf = ffi.from_buffer(a.reshape(-1).view(np.uint8))
+        keep.append(buf)
+        return buf
+    # a non-contiguous array whose memory numpy does not own (e.g. from torch)
+    keep.append(a)
+    return ffi.cast("char *", a.__array_interface__["data"][0])
+
+
+def _elem_strides(a: np.ndarray) -> list[int]:
+    item = a.itemsize
+    if any(s % item for s in a.strides):
+        raise ValueError("strides are not a multiple of the element size")
+    return [s // item for s in a.strides]
+
+
+def _fill_tensor(ffi, t, arr, keep: list, name: str) -> None:
+    if isinstance(arr, QuantTensor):
+        data = arr.data
+        if data.dtype != np.int8:
+            raise ValueError(f"{name}: QuantTensor data must be int8")
+        if arr.scale.dtype != np.float32 or arr.scale.shape != data.shape[:3]:
+            raise ValueError(f"{name}: scale must be float32 of shape {data.shape[:3]}")
+        t.scale = ffi.cast("const float *", _pointer(ffi, arr.scale, keep))
+        st = _elem_strides(arr.scale)
+        if arr.zero_point is not None:
+            zp = arr.zero_point
+            if zp.dtype != np.int8 or zp.shape != data.shape[:3] or _elem_strides(zp) != st:
+                raise ValueError(f"{name}: zero_point must be int8, shaped and strided as scale")
+            t.zero_point = ffi.cast("const int8_t *", _pointer(ffi, zp, keep))
+        for i in range(3):
+            t.qstride[i] = st[i]
+        arr = data
+    if not isinstance(arr, np.ndarray) or arr.ndim != 4:
+        raise ValueError(f"{name}: expected a 4-D array [batch, seq, heads, head_dim]")
+    code = _NP_CODES.get(arr.dtype)
+    if code is None:
+        raise ValueError(f"{name}: unsupported dtype {arr.dtype}")
+    if code == I8 and t.scale == ffi.NULL:
+        raise ValueError(f"{name}: int8 storage needs a QuantTensor (scale, zero point)")
+    t.data = _pointer(ffi, arr, keep)
+    t.dtype = code
+    for i, s in enumerate(_elem_strides(arr)):
+        t.stride[i] = s
+
+
+@dataclasses.dataclass
+class PreparedCall:
+    args: object  # sdpa_args*
+    keep: list    # buffers the pointers refer to
+
+
+def _shape(x) -> tuple[int, ...]:
+    return (x.data if isinstance(x, QuantTensor) else x).shape
+
+
+def prepare(ffi, q, k, v, out, *, mask: np.ndarray | None = None, is_causal: bool = False,
+            start_pos: int = 0, scale: float = 0.0, n_threads: int = 0) -> PreparedCall:
+    """Check shapes and dtypes, then fill an sdpa_args for q, k, v, out."""
+    qs, ks, vs, os_ = _shape(q), _shape(k), _shape(v), _shape(out)
+    if len(qs) != 4 or len(ks) != 4 or len(vs) != 4 or len(os_) != 4:
+        raise ValueError("q, k, v, out must be 4-D [batch, seq, heads, head_dim]")
+    B, Lq, H, D = qs
+    if ks != vs:
+        raise ValueError(f"k {ks} and v {vs} shapes differ")
+    if ks[0] != B or ks[3] != D:
+        raise ValueError(f"k {ks} does not match q {qs} in batch or head_dim")
+    if os_ != qs:
+        raise ValueError(f"out {os_} must have q's shape {qs}")
+    if isinstance(out, QuantTensor) or out.dtype not in (np.float32, np.float16, np.uint16):
+        raise ValueError("out must be float32, float16 or bfloat16 (uint16)")
+    Hkv = ks[2]
+    if Hkv <= 0 or H % Hkv:
+        raise ValueError(f"n_heads {H} is not a multiple of n_kv_heads {Hkv}")
+    keep: list = []
+    args = ffi.new("sdpa_args *")
+    keep.append(args)
+    args.abi_version = 1
+    args.batch, args.n_heads, args.n_kv_heads = B, H, Hkv
+    args.q_len, args.kv_len, args.head_dim = Lq, ks[1], D
+    _fill_tensor(ffi, args.q, q, keep, "q")
+    if ks[1] > 0:
+        _fill_tensor(ffi, args.k, k, keep, "k")
+        _fill_tensor(ffi, args.v, v, keep, "v")
+    _fill_tensor(ffi, args.out, out, keep, "out")
+    if mask is not None:
+        if mask.dtype != np.float32 or mask.ndim != 2 or mask.shape != (Lq, ks[1]):
+            raise ValueError(f"mask must be float32 of shape {(Lq, ks[1])}")
+        if mask.strides[1] != 4:
+            raise ValueError("mask rows must be contiguous")
+        args.mask = ffi.cast("const float *", _pointer(ffi, mask, keep))
+        args.mask_row_stride = mask.strides[0] // 4 if Lq > 1 else ks[1]
+    args.is_causal = int(bool(is_causal))
+    args.start_pos = int(start_pos)
+    args.scale = float(scale)
+    args.n_threads = int(n_threads)
+    return PreparedCall(args, keep)
