@@ -46,7 +46,24 @@ FEATURES = [
     "mask-skip", "split-k", "per-token-i8", "alloc-per-block", "full-scores",
 ]
 
-# Declarations of the non-kernel parts of the library (decode building blocks,
-# micro-benchmarks); each part adds its cdef text and its #include line here.
-EXTRA = ""
-EXTRA_INCLUDES = ""
+# The non-kernel parts of the library (decode building blocks, machine
+# micro-benchmarks) each keep their declarations in sdpa_probe/_cdef_<part>.py
+# as CDEF (cdef text) and INCLUDE (the #include line for set_source).
+PARTS = ("blocks", "machine")
+
+
+def _parts():
+    import importlib
+
+    cdef, include = "", ""
+    for part in PARTS:
+        try:
+            mod = importlib.import_module(f"sdpa_probe._cdef_{part}")
+        except ModuleNotFoundError:
+            continue
+        cdef += mod.CDEF
+        include += mod.INCLUDE
+    return cdef, include
+
+
+EXTRA, EXTRA_INCLUDES = _parts()
