@@ -38,6 +38,13 @@ int sdpa_probe_default_threads(void);
 int64_t sdpa_probe_align_up(int64_t x, int64_t a);
 void sdpa_probe_alloc_stats(int64_t *count, int64_t *bytes);
 void sdpa_probe_alloc_reset(void);
+typedef struct sdpa_probe_alloc_record {
+  int64_t seq; int64_t bytes; int64_t high_water; int64_t touched; int64_t overrun;
+  int64_t underrun;
+} sdpa_probe_alloc_record;
+void sdpa_probe_alloc_guard(int on);
+int64_t sdpa_probe_alloc_guard_records(sdpa_probe_alloc_record *out, int64_t max);
+int sdpa_probe_alloc_guard_test(int64_t bytes, int64_t write_from, int64_t write_to);
 """
 
 # Feature bits of enum sdpa_probe_feature, in bit order.

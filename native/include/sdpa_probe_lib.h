@@ -60,6 +60,26 @@ int64_t sdpa_probe_align_up(int64_t x, int64_t a); /* a a power of two > 0; -1 o
 void sdpa_probe_alloc_stats(int64_t *count, int64_t *bytes);
 void sdpa_probe_alloc_reset(void);
 
+/* Guarded allocation, opt-in (scratch-sizing checks). While on, every
+ * sdpa_probe_malloc block gets a front and a tail canary and a filled body; on
+ * free it is checked and one record kept per block, in free order. */
+typedef struct sdpa_probe_alloc_record {
+  int64_t seq;        /* free order since the guard was switched on */
+  int64_t bytes;      /* size asked for */
+  int64_t high_water; /* 1 + offset of the last body byte written (0: none written) */
+  int64_t touched;    /* body bytes written */
+  int64_t overrun;    /* tail canary bytes changed: writes past the end */
+  int64_t underrun;   /* head canary bytes changed: writes before the start */
+} sdpa_probe_alloc_record;
+void sdpa_probe_alloc_guard(int on); /* on != 0 also clears the records */
+/* Copies up to max records into out (may be NULL); returns how many blocks were
+ * recorded (more than fit when the count exceeds the record table). */
+int64_t sdpa_probe_alloc_guard_records(sdpa_probe_alloc_record *out, int64_t max);
+/* Self-test of the guard: allocates `bytes`, writes body bytes [from, to) (from
+ * may be down to -48, to up to bytes + 256: inside the canaries), frees. Needs
+ * the guard on; returns an sdpa_status. */
+int sdpa_probe_alloc_guard_test(int64_t bytes, int64_t write_from, int64_t write_to);
+
 /* Internal (not for Python): counted allocation and the thread pool. */
 void *sdpa_probe_malloc(int64_t bytes);
 void sdpa_probe_free(void *p);

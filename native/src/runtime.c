@@ -18,21 +18,111 @@ int64_t sdpa_probe_align_up(int64_t x, int64_t a) {
   return (x + a - 1) & ~(a - 1);
 }
 
-/* ---- counted allocation ---------------------------------------------- */
+/* ---- counted allocation ----------------------------------------------
+ * The default path is posix_memalign + two relaxed counters. An opt-in guarded
+ * mode (sdpa_probe_alloc_guard) lays every later allocation out as
+ *   [64-byte head: size + front canary][body, filled with GUARD_FILL][tail canary]
+ * and, on free, records how far the body was written (high-water mark, bytes
+ * written) and whether either canary changed (a write past the end or before
+ * the start). Reads are not seen: a byte counts as used when it was written. A
+ * written byte that happens to equal GUARD_FILL is missed (it would have to be
+ * 0xA5, exactly). The default path pays one relaxed load per malloc and free. */
+
+#define GUARD_HEAD 64
+#define GUARD_TAIL 256
+#define GUARD_FILL 0xA5
+#define GUARD_CANARY 0x5C
+#define GUARD_MAGIC 0x5344504147554152LL /* "SDPAGUAR" */
+#define GUARD_MAX_LIVE 4096
+#define GUARD_MAX_RECORDS 8192
 
 static _Atomic int64_t g_alloc_count, g_alloc_bytes;
+static _Atomic int g_guard_on;
+static _Atomic int64_t g_guard_live; /* live guarded blocks; 0 keeps free() on the plain path */
+static pthread_mutex_t g_guard_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *g_guard_ptrs[GUARD_MAX_LIVE];
+static sdpa_probe_alloc_record g_guard_rec[GUARD_MAX_RECORDS];
+static int64_t g_guard_nrec, g_guard_seq;
+
+static void *guard_malloc(int64_t bytes) {
+  size_t total = (size_t)(GUARD_HEAD + sdpa_probe_align_up(bytes, 64) + GUARD_TAIL);
+  void *base = NULL;
+  if (posix_memalign(&base, 64, total) != 0) return NULL;
+  unsigned char *b = (unsigned char *)base;
+  memset(b, GUARD_CANARY, GUARD_HEAD);
+  int64_t head[2] = {GUARD_MAGIC, bytes};
+  memcpy(b, head, sizeof head);
+  memset(b + GUARD_HEAD, GUARD_FILL, (size_t)bytes);
+  memset(b + GUARD_HEAD + bytes, GUARD_CANARY, (size_t)GUARD_TAIL);
+  void *p = b + GUARD_HEAD;
+  pthread_mutex_lock(&g_guard_mu);
+  int64_t slot = -1;
+  for (int64_t i = 0; i < GUARD_MAX_LIVE; i++)
+    if (g_guard_ptrs[i] == NULL) { slot = i; break; }
+  if (slot >= 0) {
+    g_guard_ptrs[slot] = p;
+    atomic_fetch_add_explicit(&g_guard_live, 1, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&g_guard_mu);
+  if (slot < 0) { /* table full: hand out an unguarded block */
+    free(base);
+    if (posix_memalign(&p, 64, (size_t)sdpa_probe_align_up(bytes, 64)) != 0) return NULL;
+  }
+  return p;
+}
+
+/* Returns 1 when p was a live guarded block (now checked, recorded and freed). */
+static int guard_free(void *p) {
+  pthread_mutex_lock(&g_guard_mu);
+  int found = 0;
+  for (int64_t i = 0; i < GUARD_MAX_LIVE; i++)
+    if (g_guard_ptrs[i] == p) {
+      g_guard_ptrs[i] = NULL;
+      found = 1;
+      break;
+    }
+  if (found) atomic_fetch_sub_explicit(&g_guard_live, 1, memory_order_relaxed);
+  pthread_mutex_unlock(&g_guard_mu);
+  if (!found) return 0;
+  unsigned char *b = (unsigned char *)p - GUARD_HEAD;
+  int64_t head[2];
+  memcpy(head, b, sizeof head);
+  sdpa_probe_alloc_record r = {0};
+  r.bytes = head[1];
+  const unsigned char *body = b + GUARD_HEAD;
+  for (int64_t i = 0; i < r.bytes; i++)
+    if (body[i] != GUARD_FILL) {
+      r.touched++;
+      r.high_water = i + 1;
+    }
+  for (int64_t i = (int64_t)sizeof head; i < GUARD_HEAD; i++) r.underrun += b[i] != GUARD_CANARY;
+  if (head[0] != GUARD_MAGIC) r.underrun += (int64_t)sizeof head;
+  for (int64_t i = 0; i < GUARD_TAIL; i++) r.overrun += body[r.bytes + i] != GUARD_CANARY;
+  pthread_mutex_lock(&g_guard_mu);
+  r.seq = g_guard_seq++;
+  if (g_guard_nrec < GUARD_MAX_RECORDS) g_guard_rec[g_guard_nrec] = r;
+  g_guard_nrec++;
+  pthread_mutex_unlock(&g_guard_mu);
+  free(b);
+  return 1;
+}
 
 void *sdpa_probe_malloc(int64_t bytes) {
   if (bytes <= 0) bytes = 1;
   atomic_fetch_add_explicit(&g_alloc_count, 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&g_alloc_bytes, bytes, memory_order_relaxed);
+  if (atomic_load_explicit(&g_guard_on, memory_order_relaxed)) return guard_malloc(bytes);
   void *p = NULL;
   size_t sz = (size_t)sdpa_probe_align_up(bytes, 64);
   if (posix_memalign(&p, 64, sz) != 0) return NULL;
   return p;
 }
 
-void sdpa_probe_free(void *p) { free(p); }
+void sdpa_probe_free(void *p) {
+  if (p == NULL) return;
+  if (atomic_load_explicit(&g_guard_live, memory_order_relaxed) != 0 && guard_free(p)) return;
+  free(p);
+}
 
 void sdpa_probe_alloc_stats(int64_t *count, int64_t *bytes) {
   if (count) *count = atomic_load(&g_alloc_count);
@@ -42,6 +132,38 @@ void sdpa_probe_alloc_stats(int64_t *count, int64_t *bytes) {
 void sdpa_probe_alloc_reset(void) {
   atomic_store(&g_alloc_count, 0);
   atomic_store(&g_alloc_bytes, 0);
+}
+
+void sdpa_probe_alloc_guard(int on) {
+  if (on) {
+    pthread_mutex_lock(&g_guard_mu);
+    g_guard_nrec = 0;
+    g_guard_seq = 0;
+    pthread_mutex_unlock(&g_guard_mu);
+  }
+  atomic_store(&g_guard_on, on ? 1 : 0);
+}
+
+int64_t sdpa_probe_alloc_guard_records(sdpa_probe_alloc_record *out, int64_t max) {
+  pthread_mutex_lock(&g_guard_mu);
+  int64_t n = g_guard_nrec;
+  int64_t kept = n < GUARD_MAX_RECORDS ? n : GUARD_MAX_RECORDS;
+  if (out != NULL)
+    for (int64_t i = 0; i < kept && i < max; i++) out[i] = g_guard_rec[i];
+  pthread_mutex_unlock(&g_guard_mu);
+  return n;
+}
+
+int sdpa_probe_alloc_guard_test(int64_t bytes, int64_t write_from, int64_t write_to) {
+  if (!atomic_load(&g_guard_on) || bytes <= 0 || write_from < -(GUARD_HEAD - 16) ||
+      write_to > bytes + GUARD_TAIL || write_from > write_to)
+    return SDPA_INVALID;
+  unsigned char *p = (unsigned char *)sdpa_probe_malloc(bytes);
+  if (p == NULL) return SDPA_UNSUPPORTED;
+  /* bytes 0x11..0x50: never the fill (0xA5) nor the canary (0x5C) */
+  for (int64_t i = write_from; i < write_to; i++) p[i] = (unsigned char)(0x11 + (i & 0x3f));
+  sdpa_probe_free(p);
+  return SDPA_OK;
 }
 
 int sdpa_probe_default_threads(void) {
