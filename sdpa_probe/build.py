@@ -130,7 +130,8 @@ def _ext_suffix() -> str:
     return importlib.machinery.EXTENSION_SUFFIXES[0]
 
 
-def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str], dest: Path) -> None:
+def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str],
+             dest: Path) -> None:
     import cffi  # local: building is rare, importing cffi's compiler bits is slow
 
     ffi = cffi.FFI()

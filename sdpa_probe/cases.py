@@ -1,0 +1,240 @@
+"""The case matrix. A case is data: parameters, a seed, a stable id that is
+also its pytest id and `-k` filter, a tolerance, FLOP and byte counts. The
+same objects feed `probe check`, pytest, golden data and benchmarks."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+DTYPES = ("f32", "f16", "bf16", "i8")
+ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1}
+LAYOUTS = ("bshd", "bhsd", "padded")
+
+# Block sizes of the built-in kernels (flash_core.h); kv lengths and query
+# lengths at block -1, +0, +1 catch partial-block bugs.
+Q_BLOCK, KV_BLOCK = 32, 128
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    family: str
+    batch: int = 1
+    n_heads: int = 8
+    n_kv_heads: int = 2
+    q_len: int = 1
+    kv_len: int = 64
+    head_dim: int = 64
+    dtype: str = "f32"
+    causal: bool = False
+    start_pos: int = 0
+    mask: str = "none"        # recipe, see inputs.MASKS
+    layout: str = "bshd"      # bshd | bhsd (seq at dim 2) | padded (views with NaN slack)
+    scale: float = 0.0        # <= 0: 1/sqrt(head_dim)
+    magnitude: float = 1.0    # q and k are multiplied by this (large logits / tiny values)
+    n_threads: int = 1
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"unknown layout {self.layout}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError("n_heads must be a multiple of n_kv_heads")
+
+    @property
+    def group(self) -> int:
+        return self.n_heads // self.n_kv_heads
+
+    @property
+    def id(self) -> str:
+        g = "mqa" if self.n_kv_heads == 1 and self.n_heads > 1 else f"gqa{self.group}"
+        parts = [self.family, f"b{self.batch}" if self.batch != 1 else "",
+                 f"h{self.n_heads}{g}", f"q{self.q_len}", f"kv{self.kv_len}",
+                 f"d{self.head_dim}", self.dtype]
+        if self.causal:
+            parts.append(f"causal{self.start_pos}" if self.start_pos else "causal")
+        elif self.start_pos:
+            parts.append(f"pos{self.start_pos}")
+        if self.mask != "none":
+            parts.append(self.mask.replace(":", ""))
+        if self.layout != "bshd":
+            parts.append(self.layout)
+        if self.scale > 0:
+            parts.append(f"scale{self.scale:g}")
+        if self.magnitude != 1.0:
+            parts.append(f"x{self.magnitude:g}")
+        if self.n_threads != 1:
+            parts.append(f"t{self.n_threads}")
+        if self.seed:
+            parts.append(f"s{self.seed}")
+        return "-".join(p for p in parts if p)
+
+    def params(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @property
+    def flops(self) -> int:
+        """2 * (QK^T + PV) multiply-adds over every (query, key) pair."""
+        return 4 * self.batch * self.n_heads * self.q_len * self.kv_len * self.head_dim
+
+    @property
+    def bytes(self) -> int:
+        """Unique bytes read (q, k, v) and written (out)."""
+        item = ITEMSIZE[self.dtype]
+        qo = self.batch * self.q_len * self.n_heads * self.head_dim
+        kv = 2 * self.batch * self.kv_len * self.n_kv_heads * self.head_dim
+        return qo * item + kv * item + qo * (4 if self.dtype in ("f32", "i8") else item)
+
+
+# ---- tolerances ----------------------------------------------------------------
+# err_i <= atol + rtol * |ref_i| elementwise. The atol grows slowly with the
+# reduction length (rounding of a sum of kv_len terms grows like sqrt(kv_len)).
+# For low-precision storage the bound is also at least `TORCH_MULT` times
+# torch's own error on the same stored inputs (see verdict.py).
+BASE_TOL = {"f32": (2e-6, 2e-5), "i8": (2e-6, 2e-5), "f16": (4e-4, 1e-3), "bf16": (3e-3, 8e-3)}
+TORCH_MULT = 3.0
+
+
+def tolerance(case: Case) -> tuple[float, float]:
+    atol, rtol = BASE_TOL[case.dtype]
+    growth = math.sqrt(max(1.0, case.kv_len / 64.0))
+    # logits of magnitude M carry absolute rounding error ~ M * eps(f32)
+    mag = max(1.0, case.magnitude ** 2)
+    if case.scale > 0:
+        mag *= max(1.0, case.scale * math.sqrt(case.head_dim))
+    return atol * growth * mag, rtol
+
+
+# ---- suites --------------------------------------------------------------------
+
+def _smoke() -> list[Case]:
+    return [
+        Case("decode", n_heads=8, n_kv_heads=2, kv_len=129),
+        Case("prefill", q_len=33, kv_len=33, causal=True),
+        Case("causal", q_len=5, kv_len=70, causal=True, start_pos=65),
+        Case("masked-rows", q_len=4, kv_len=40, mask="rows:first"),
+        Case("window", q_len=3, kv_len=130, mask="window:48", causal=True, start_pos=127),
+        Case("dtype", kv_len=65, dtype="f16"),
+        Case("dtype", kv_len=65, dtype="bf16"),
+        Case("dtype", kv_len=65, dtype="i8"),
+        Case("layout", q_len=3, kv_len=65, layout="padded"),
+    ]
+
+
+def _default() -> list[Case]:
+    cs: list[Case] = []
+    # decode, GQA ratios 1, 2, 4, 8 and MQA, at the key-block edges
+    for h, hkv in ((8, 8), (8, 4), (8, 2), (8, 1), (16, 2), (32, 8)):
+        cs.append(Case("gqa", n_heads=h, n_kv_heads=hkv, kv_len=KV_BLOCK + 1))
+    for kv in (1, KV_BLOCK - 1, KV_BLOCK, KV_BLOCK + 1, 2 * KV_BLOCK + 1):
+        cs.append(Case("decode", kv_len=kv))
+    cs.append(Case("decode", kv_len=2049, dtype="f16", n_heads=4, n_kv_heads=1))
+    # prefill, query-block edges, batch > 1, q_len > kv_len
+    for q in (Q_BLOCK - 1, Q_BLOCK, Q_BLOCK + 1):
+        cs.append(Case("prefill", q_len=q, kv_len=q, causal=True, n_heads=4, n_kv_heads=2))
+    cs.append(Case("prefill", batch=3, q_len=20, kv_len=45, causal=True, start_pos=25,
+                   n_heads=4, n_kv_heads=2))
+    cs.append(Case("prefill", q_len=40, kv_len=20, causal=True, n_heads=4, n_kv_heads=1))
+    cs.append(Case("prefill", q_len=17, kv_len=150, n_heads=4, n_kv_heads=2))
+    # head dims
+    for d in (64, 80, 96, 128, 256, 67):
+        cs.append(Case("hdim", head_dim=d, q_len=2, kv_len=70, n_heads=4, n_kv_heads=2))
+    # causal with a KV-cache offset
+    for q, kv, sp in ((1, 100, 99), (4, 100, 96), (7, 135, 128), (3, 60, 0), (5, 80, 40)):
+        cs.append(Case("causal", q_len=q, kv_len=kv, causal=True, start_pos=sp,
+                       n_heads=4, n_kv_heads=2))
+    # additive masks, with and without causal
+    cs.append(Case("mask", q_len=6, kv_len=140, mask="random", n_heads=4, n_kv_heads=2))
+    cs.append(Case("mask", q_len=6, kv_len=140, mask="random", causal=True, start_pos=134,
+                   n_heads=4, n_kv_heads=2))
+    cs.append(Case("mask", q_len=1, kv_len=300, mask="random", n_heads=8, n_kv_heads=2))
+    # fully masked query rows
+    for where in ("first", "middle", "last"):
+        cs.append(Case("masked-rows", q_len=5, kv_len=140, mask=f"rows:{where}",
+                       n_heads=4, n_kv_heads=2))
+    cs.append(Case("masked-rows", q_len=Q_BLOCK + 8, kv_len=150, mask="rows:block",
+                   n_heads=4, n_kv_heads=2))
+    cs.append(Case("masked-rows", q_len=1, kv_len=200, mask="rows:first", n_heads=8,
+                   n_kv_heads=2))
+    cs.append(Case("masked-rows", q_len=4, kv_len=3 * KV_BLOCK + 5, mask="rows:far",
+                   n_heads=4, n_kv_heads=2))
+    cs.append(Case("masked-rows", q_len=4, kv_len=140, mask="rows:negfinite",
+                   n_heads=4, n_kv_heads=2))
+    cs.append(Case("masked-rows", q_len=3, kv_len=70, mask="rows:first", dtype="f16",
+                   n_heads=4, n_kv_heads=2))
+    # sliding window, wrapped ring and attention sinks over caches out of position order
+    cs.append(Case("window", q_len=4, kv_len=300, mask="window:100", causal=True,
+                   start_pos=296, n_heads=4, n_kv_heads=2))
+    cs.append(Case("window", q_len=40, kv_len=300, mask="window:64", causal=True,
+                   start_pos=260, n_heads=4, n_kv_heads=2))
+    cs.append(Case("ring", q_len=1, kv_len=256, mask="ring:200", n_heads=8, n_kv_heads=2))
+    cs.append(Case("ring", q_len=8, kv_len=256, mask="ring:192", n_heads=4, n_kv_heads=2))
+    cs.append(Case("sink", q_len=1, kv_len=260, mask="sink:4:128", n_heads=8, n_kv_heads=2))
+    cs.append(Case("sink", q_len=6, kv_len=260, mask="sink:4:128", n_heads=4, n_kv_heads=2))
+    # logit magnitudes and explicit scale
+    cs.append(Case("logits", q_len=3, kv_len=130, magnitude=10.0, n_heads=4, n_kv_heads=2))
+    cs.append(Case("logits", q_len=3, kv_len=130, magnitude=1e-3, n_heads=4, n_kv_heads=2))
+    cs.append(Case("logits", q_len=3, kv_len=130, scale=0.5, n_heads=4, n_kv_heads=2))
+    # storage dtypes
+    for dt in ("f16", "bf16", "i8"):
+        cs.append(Case("dtype", q_len=1, kv_len=KV_BLOCK + 1, dtype=dt))
+        cs.append(Case("dtype", q_len=9, kv_len=100, dtype=dt, causal=True, start_pos=91,
+                       n_heads=4, n_kv_heads=2))
+    cs.append(Case("dtype", q_len=1, kv_len=2049, dtype="bf16", n_heads=4, n_kv_heads=1))
+    cs.append(Case("dtype", q_len=2, kv_len=70, dtype="i8", mask="constant-token",
+                   n_heads=4, n_kv_heads=2))
+    # layouts through strides, with NaN in every byte a kernel must not read
+    for lay in ("bhsd", "padded"):
+        cs.append(Case("layout", q_len=3, kv_len=KV_BLOCK + 3, layout=lay,
+                       n_heads=4, n_kv_heads=2))
+        cs.append(Case("layout", q_len=1, kv_len=200, layout=lay, dtype="f16"))
+        cs.append(Case("layout", q_len=2, kv_len=90, layout=lay, dtype="i8",
+                       n_heads=4, n_kv_heads=2))
+    cs.append(Case("layout", batch=2, q_len=5, kv_len=75, layout="padded", causal=True,
+                   start_pos=70, mask="random", n_heads=4, n_kv_heads=2))
+    # threads
+    for t in (1, 2, 3):
+        cs.append(Case("threads", q_len=1, kv_len=1030, n_threads=t, n_heads=8, n_kv_heads=2))
+        cs.append(Case("threads", batch=2, q_len=33, kv_len=100, n_threads=t, causal=True,
+                       start_pos=67, n_heads=4, n_kv_heads=2))
+    return cs
+
+
+def _full() -> list[Case]:
+    cs = list(_default())
+    for d in (64, 80, 96, 128, 256, 67):
+        for dt in DTYPES:
+            cs.append(Case("hdim", head_dim=d, q_len=3, kv_len=KV_BLOCK + 1, dtype=dt,
+                           causal=True, start_pos=KV_BLOCK - 2, n_heads=8, n_kv_heads=2))
+    for kv in (4097, 8193):
+        for dt in ("f32", "f16", "i8"):
+            cs.append(Case("long", kv_len=kv, dtype=dt, n_heads=32, n_kv_heads=8, n_threads=2))
+    cs.append(Case("long", q_len=130, kv_len=1030, causal=True, start_pos=900, n_heads=8,
+                   n_kv_heads=2, n_threads=2))
+    for seed in range(1, 4):
+        cs.append(Case("ring", q_len=5, kv_len=512, mask="ring:300", seed=seed))
+        cs.append(Case("sink", q_len=5, kv_len=512, mask="sink:8:300", seed=seed))
+    return cs
+
+
+SUITES = {"smoke": _smoke, "default": _default, "full": _full}
+
+
+def suite(name: str) -> list[Case]:
+    if name not in SUITES:
+        raise KeyError(name)
+    cases = SUITES[name]()
+    ids = [c.id for c in cases]
+    dup = {i for i in ids if ids.count(i) > 1}
+    assert not dup, f"duplicate case ids: {sorted(dup)}"
+    return cases
+
+
+def all_cases() -> dict[str, Case]:
+    return {c.id: c for c in suite("full")}
+
+
+def find_case(case_id: str) -> Case | None:
+    return all_cases().get(case_id)

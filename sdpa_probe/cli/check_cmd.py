@@ -1,0 +1,245 @@
+"""`probe check`: every SDPA path against the float64 oracle, case by case."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .. import native
+from ..backends import executorch_library
+from ..cases import DTYPES, SUITES, Case, suite
+from ..errors import ProbeError
+from ..harness import WorkerPool
+from ..report import FAILING, by_backend_family, check_document, exit_code, summary, write_junit
+from . import command
+from .output import Output
+
+STATUS_STYLE = {"pass": "green", "fail": "red", "crash": "bold red", "timeout": "magenta",
+                "unsupported": "dim", "error": "yellow"}
+EXTRA_SUITES = ("cache-sizing",)
+
+
+def _resolve_backends(backend: list[str] | None, kernel: Path | None, out: Output) -> list[str]:
+    names: list[str] = []
+    known = list(native.builtin_kernels())
+    if kernel is not None:
+        native.load_user_kernel(kernel)  # build errors surface here, once
+        names.append(f"user:{kernel}")
+    if backend:
+        for b in backend:
+            for name in b.split(","):
+                name = name.strip()
+                if not name:
+                    continue
+                if name == "all":
+                    names += known + ["torch"]
+                elif name == "executorch":
+                    if executorch_library() is None:
+                        out.warn("executorch is not installed (pip install --no-deps "
+                                 "executorch==1.5.1); skipping it")
+                        continue
+                    names.append(name)
+                elif name == "torch" or name in known:
+                    names.append(name)
+                else:
+                    raise ProbeError(f"unknown backend {name!r}; known: "
+                                     f"{', '.join(known + ['torch', 'executorch'])}")
+    elif kernel is None:
+        names = known + ["torch"]
+    seen: list[str] = []
+    for n in names:
+        if n not in seen:
+            seen.append(n)
+    return seen
+
+
+def _select_cases(suite_name: str, k: list[str] | None, dtype: list[str] | None,
+                  seed: int) -> list[Case]:
+    cases = suite(suite_name)
+    if seed:
+        cases = [dataclasses.replace(c, seed=c.seed + seed) for c in cases]
+    if dtype:
+        wanted = {d for spec in dtype for d in spec.split(",")}
+        bad = wanted - set(DTYPES)
+        if bad:
+            raise ProbeError(f"unknown dtype {sorted(bad)[0]!r}; known: {', '.join(DTYPES)}")
+        cases = [c for c in cases if c.dtype in wanted]
+    if k:
+        cases = [c for c in cases if any(s in c.id for s in k)]
+    return cases
+
+
+def _fmt(x, spec=".2e") -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    return format(x, spec)
+
+
+def _summary_table(records: list[dict], names: list[str]) -> Table:
+    """Case families down, backends across; a cell counts passes over supported cases."""
+    t = Table(title="probe check: case family x backend (passed / run; - unsupported)",
+              title_justify="left")
+    t.add_column("family", style="bold")
+    backends = [n for n in names if any(r["backend"] == n for r in records)]
+    for b in backends:
+        t.add_column(b.replace("user:", ""), justify="center", overflow="fold")
+    cells = by_backend_family(records)
+    families = sorted({r["family"] for r in records}, key=lambda f: min(
+        i for i, r in enumerate(records) if r["family"] == f))
+    for fam in families:
+        row = []
+        for b in backends:
+            c = cells.get((b, fam))
+            if not c:
+                row.append("")
+                continue
+            run = sum(c.values()) - c.get("unsupported", 0)
+            bad = sum(c.get(s, 0) for s in FAILING)
+            if run == 0:
+                row.append("[dim]-[/]")
+            elif bad:
+                row.append(f"[red]{run - bad}/{run} ✗[/]")
+            else:
+                row.append(f"[green]{run}/{run}[/]")
+        t.add_row(fam, *row)
+    return t
+
+
+def _failure_table(records: list[dict]) -> Table:
+    t = Table(title="failures", title_justify="left", show_lines=True)
+    t.add_column("backend", style="bold")
+    t.add_column("case")
+    t.add_column("status")
+    t.add_column("max abs err", justify="right")
+    t.add_column("nmse", justify="right")
+    t.add_column("reason / reproduce")
+    for r in records:
+        if r["status"] not in FAILING:
+            continue
+        st = r["status"]
+        t.add_row(r["backend"], r["case"], f"[{STATUS_STYLE[st]}]{st}[/]",
+                  _fmt(r["max_abs_err"]), _fmt(r["nmse"]),
+                  f"{r['reason']}\n[dim]{r['repro']}[/]")
+    return t
+
+
+@command("check")
+def check_command(
+    backend: list[str] = typer.Option(None, "--backend", "-b",
+                                      help="Backend(s): a kernel from `probe kernels`, torch, "
+                                           "executorch, or all. Repeat or comma-separate."),
+    kernel: Path = typer.Option(None, "--kernel",
+                                help="Your kernel: a .c or .so implementing sdpa_forward "
+                                     "(native/include/sdpa_probe.h)."),
+    k: list[str] = typer.Option(None, "-k", help="Only cases whose id contains this (repeatable)."),
+    dtype: list[str] = typer.Option(None, "--dtype", help="Only these storage dtypes: "
+                                                          "f32,f16,bf16,i8."),
+    suite_name: str = typer.Option("default", "--suite", help="smoke | default | full | "
+                                                              "cache-sizing"),
+    seed: int = typer.Option(0, "--seed", help="Offset added to every case's seed."),
+    json_path: str = typer.Option(None, "--json", help="Write the JSON record here ('-': stdout)."),
+    junit: str = typer.Option(None, "--junit", help="Write JUnit XML here."),
+    jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="Worker processes."),
+    timeout: float = typer.Option(60.0, "--timeout", min=0.1,
+                                  help="Seconds per (backend, case) before it is a timeout."),
+    repro: str = typer.Option(None, "--repro", help="Rerun one case id and show where it fails."),
+    save: Path = typer.Option(None, "--save", help="With --repro: write inputs, reference and "
+                                                   "a torch-only script to this directory."),
+    force: bool = typer.Option(False, "--force", help="With --save: overwrite existing files."),
+) -> None:
+    """Check SDPA kernels against a float64 torch oracle on a matrix of edge cases.
+
+    Exit code 0: every case passed (unsupported allowed); 1: a case failed, crashed or
+    timed out; 2: usage error."""
+    out = Output(json_mode=json_path == "-")
+    if suite_name not in SUITES and suite_name not in EXTRA_SUITES:
+        raise ProbeError(f"unknown suite {suite_name!r}; known: "
+                         f"{', '.join(list(SUITES) + list(EXTRA_SUITES))}")
+    if save is not None and repro is None:
+        raise ProbeError("--save needs --repro CASE_ID")
+    names = _resolve_backends(backend, kernel, out)
+    if repro is not None:
+        from .repro import run_repro
+
+        raise typer.Exit(run_repro(out, repro, names, save, force, timeout, seed))
+    if suite_name in EXTRA_SUITES:
+        cases: list[Case] = []
+    else:
+        cases = _select_cases(suite_name, k, dtype, seed)
+    if not cases and suite_name not in EXTRA_SUITES:
+        raise ProbeError("no case matches the filters")
+    if not names:
+        raise ProbeError("no backend to check")
+
+    records: list[dict] = []
+    t0 = time.perf_counter()
+    total = len(cases) * len(names)
+    with Progress(TextColumn("[bold]probe check[/]"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[last]}"), TimeElapsedColumn(),
+                  console=out.err, transient=True) as prog:
+        task = prog.add_task("check", total=total, last="")
+
+        def on_record(rec: dict) -> None:
+            records.append(rec)
+            style = STATUS_STYLE[rec["status"]]
+            prog.update(task, advance=1,
+                        last=f"[{style}]{rec['status']}[/] {rec['backend']} {rec['case']}")
+
+        if cases:
+            setup = {"build": dict(native._build_opts)}
+            pool = WorkerPool(jobs=jobs, timeout=timeout, setup=setup)
+            pool.run([(c, names) for c in cases], on_record)
+        if suite_name in EXTRA_SUITES or suite_name == "default":
+            records += _cache_sizing_records(names, out)
+    seconds = time.perf_counter() - t0
+
+    order = {c.id: i for i, c in enumerate(cases)}
+    records.sort(key=lambda r: (names.index(r["backend"]) if r["backend"] in names else 99,
+                                order.get(r["case"], 1 << 30)))
+    doc = check_document(records, suite=suite_name, seconds=seconds, backends=names, seed=seed)
+    if json_path:
+        out.write_json(json_path, doc)
+    if junit:
+        write_junit(junit, records, seconds)
+    if not out.json_mode:
+        out.print(_summary_table(records, names))
+        if any(r["status"] in FAILING for r in records):
+            out.print(_failure_table(records))
+        s = summary(records)
+        parts = [f"[{STATUS_STYLE[k_]}]{s[k_]} {k_}[/]" for k_ in STATUS_STYLE if s[k_]]
+        out.print(f"{s['total']} checks ({len(cases)} cases x {len(names)} backends) in "
+                  f"{seconds:.1f} s: " + ", ".join(parts))
+    raise typer.Exit(exit_code(records))
+
+
+def _cache_sizing_records(names: list[str], out: Output) -> list[dict]:
+    """The cache-sizing suite (ring / sink KV caches) through one float native kernel:
+    flash if it is being checked, else the first float native kernel asked for."""
+    try:
+        from ..cache_sizing import run_suite
+    except ImportError:
+        return []
+    known = native.builtin_kernels()
+    floats = [n for n in names if n in known and "f32" in known[n].info.dtypes]
+    if not floats:
+        return []
+    name = "flash" if "flash" in floats else floats[0]
+    records = []
+    for r in run_suite(name):
+        rec = {"backend": name, "case": r["case"], "family": "cache-sizing",
+               "status": r["status"], "reason": r.get("reason", ""),
+               "max_abs_err": r.get("max_abs_err"), "max_rel_err": None, "nmse": None,
+               "worst": None, "atol": None, "rtol": None, "torch_err": None,
+               "seconds": r.get("seconds"),
+               "repro": f"probe check --suite cache-sizing --backend {name}"}
+        records.append(rec)
+    return records
+

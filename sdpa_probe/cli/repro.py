@@ -1,0 +1,101 @@
+"""`probe check --repro CASE_ID`: rerun one case, show the worst element and an
+error map over (query row x head), optionally save a standalone reproduction."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+from rich.table import Table
+from rich.text import Text
+
+from ..cases import Case, all_cases, tolerance
+from ..errors import ProbeError
+from ..harness import WorkerPool, prepare_case, run_one
+from ..report import FAILING, save_repro
+from ..verdict import error_map
+from .output import Output
+
+# error relative to the case's tolerance, darkest = beyond it
+SHADES = [(0.01, " "), (0.1, "·"), (0.5, "░"), (1.0, "▒"), (10.0, "▓"), (math.inf, "█")]
+
+
+def find_case(case_id: str, seed: int = 0) -> Case:
+    cases = all_cases()
+    if case_id in cases:
+        return cases[case_id]
+    m = re.fullmatch(r"(.*)-s(\d+)", case_id)
+    if m and m.group(1) in cases:
+        return dataclasses.replace(cases[m.group(1)], seed=int(m.group(2)))
+    close = [c for c in cases if case_id in c][:5]
+    hint = f"; did you mean {', '.join(close)}" if close else ""
+    raise ProbeError(f"unknown case id {case_id!r}{hint} (list them: probe check --suite full "
+                     f"--json - | jq '.records[].case')")
+
+
+def render_map(emap: np.ndarray, atol: float, max_rows: int = 48) -> Text:
+    """One character per (query row, head): shade by error / tolerance, N for NaN/Inf."""
+    rows = emap.shape[0]
+    step = max(1, math.ceil(rows / max_rows))
+    text = Text()
+    text.append("rows = query rows" + (f" (every {step}th)" if step > 1 else "") +
+                ", columns = heads; shade = error / tolerance: ")
+    for hi, ch in SHADES:
+        text.append(f"[{ch}]<{hi:g} " if math.isfinite(hi) else f"[{ch}]>=10 ")
+    text.append(" [N]=NaN/Inf\n")
+    for i in range(0, rows, step):
+        text.append(f"q{i:>5} |")
+        for v in emap[i]:
+            if not np.isfinite(v):
+                text.append("N", style="bold red")
+                continue
+            r = v / atol if atol > 0 else math.inf
+            ch = next(c for hi, c in SHADES if r < hi)
+            text.append(ch, style="red" if r >= 1 else None)
+        text.append("|\n")
+    return text
+
+
+def run_repro(out: Output, case_id: str, names: list[str], save: Path | None, force: bool,
+              timeout: float, seed: int) -> int:
+    case = find_case(case_id)
+    if seed:
+        case = dataclasses.replace(case, seed=case.seed + seed)
+    if save is not None and save.exists() and any(save.glob(f"{case.id}.*")) and not force:
+        raise ProbeError(f"{save} already holds files for {case.id}; use --force to overwrite")
+    records: list[dict] = []
+    # crash-safe first: a kernel that takes its process down only costs the worker
+    WorkerPool(jobs=1, timeout=timeout).run([(case, names)], records.append)
+    prep = prepare_case(case)
+    atol, rtol = tolerance(case)
+    code = 0
+    for rec in records:
+        st = rec["status"]
+        out.print(f"[bold]{rec['backend']}[/] on [bold]{case.id}[/]: {st}"
+                  + (f" - {rec['reason']}" if rec["reason"] else ""))
+        if st in FAILING:
+            code = 1
+        if st in ("crash", "timeout", "unsupported", "error"):
+            continue
+        from ..backends import make_backend
+
+        full = run_one(make_backend(rec["backend"]), case, prep, keep_output=True)
+        vals = full["_out"].values()
+        t = Table(show_header=False, box=None)
+        t.add_row("max abs err", f"{full['max_abs_err']:.3e}")
+        t.add_row("max rel err", f"{full['max_rel_err']:.3e}")
+        t.add_row("nmse", f"{full['nmse']:.3e}")
+        t.add_row("tolerance", f"{full['atol']:.2e} + {rtol:.1e} * |ref|")
+        if full["worst"] is not None:
+            b, i, h, d = full["worst"]
+            t.add_row("worst element", f"b={b} q={i} h={h} d={d}: out {vals[b, i, h, d]:.6g}, "
+                                       f"ref {prep.ref[b, i, h, d]:.6g}")
+        out.print(t)
+        out.print(render_map(error_map(vals, prep.ref), full["atol"] or atol))
+    if save is not None:
+        paths = save_repro(save, case, prep.data, prep.ref, ",".join(names))
+        out.print("saved: " + ", ".join(str(p) for p in paths))
+    return code

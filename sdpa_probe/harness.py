@@ -1,0 +1,286 @@
+"""Running cases against backends in worker processes, so that a kernel that
+crashes, aborts or hangs costs one case, not the run.
+
+A job is one case with the list of backends to run on it: the worker builds
+the inputs and the float64 reference once, then runs each backend and sends a
+record per backend. If the worker dies, the backend in flight is reported as
+`crash` (with the signal) and the rest of the job is re-queued on a fresh
+worker; if a backend exceeds its time limit, it is `timeout`."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import multiprocessing as mp
+import os
+import signal
+import tempfile
+import time
+import traceback
+from multiprocessing.connection import wait
+
+from .cases import Case
+
+STATUSES = ("pass", "fail", "crash", "timeout", "unsupported", "error")
+
+
+def repro_command(backend: str, case_id: str) -> str:
+    if backend.startswith("user:"):
+        return f"probe check --kernel {backend[5:]} --repro {case_id}"
+    return f"probe check --repro {case_id} --backend {backend}"
+
+
+def base_record(backend: str, case: Case) -> dict:
+    return {"backend": backend, "case": case.id, "family": case.family, "status": "error",
+            "reason": "", "max_abs_err": None, "max_rel_err": None, "nmse": None,
+            "worst": None, "atol": None, "rtol": None, "torch_err": None, "seconds": None,
+            "repro": repro_command(backend, case.id)}
+
+
+# ---- in-process execution (also used by --repro and pytest) -------------------------
+
+@dataclasses.dataclass
+class Prepared:
+    data: object
+    ref: object
+    torch_err: float | None
+
+
+def prepare_case(case: Case) -> Prepared:
+    from .backends import torch_error
+    from .inputs import materialise
+    from .reference import sdpa_reference
+
+    data = materialise(case)
+    ref = sdpa_reference(data.q, data.k, data.v, mask=data.mask_t, is_causal=case.causal,
+                         start_pos=case.start_pos, scale=case.scale).numpy()
+    return Prepared(data, ref, torch_error(data, ref))
+
+
+def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> dict:
+    """Run one backend on one prepared case; returns its record."""
+    from .backends import Unsupported, describe_failure
+    from .errors import KernelError
+    from .inputs import out_buffer
+    from .verdict import judge
+
+    rec = base_record(backend.name, case)
+    out = out_buffer(case)
+    t0 = time.perf_counter()
+    try:
+        backend.run(prep.data, out)
+    except Unsupported as exc:
+        rec.update(status="unsupported", reason=str(exc), seconds=time.perf_counter() - t0)
+        return rec
+    except KernelError as exc:
+        rec.update(status="fail", reason=describe_failure(exc), seconds=time.perf_counter() - t0)
+        return rec
+    except Exception as exc:  # a backend's own error (e.g. a RuntimeError from a torch op)
+        rec.update(status="error", reason=describe_failure(exc),
+                   seconds=time.perf_counter() - t0)
+        return rec
+    rec["seconds"] = time.perf_counter() - t0
+    v = judge(case, prep.ref, out, prep.torch_err)
+    rec.update(v.as_dict())
+    if keep_output:
+        rec["_out"] = out
+    return rec
+
+
+# ---- the worker process -------------------------------------------------------------
+
+def _worker_main(conn, setup: dict) -> None:
+    import os
+
+    # what the kernel prints (an abort's message, a library's logging) goes to a
+    # log the parent reads when this process dies
+    if setup.get("log"):
+        fd = os.open(setup["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    import torch
+
+    torch.set_num_threads(1)
+    from .backends import make_backend
+    from .native import configure
+
+    configure(**setup.get("build", {}))
+    backends: dict = {}
+    conn.send(("ready",))
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        params, names = msg
+        case = Case(**params)
+        try:
+            prep = prepare_case(case)
+        except Exception:
+            err = traceback.format_exc(limit=3).strip().splitlines()[-1]
+            for name in names:
+                rec = base_record(name, case)
+                rec["reason"] = f"harness could not build the case: {err}"
+                conn.send(("rec", rec))
+            conn.send(("done",))
+            continue
+        for name in names:
+            try:
+                if name not in backends:
+                    backends[name] = make_backend(name)
+                rec = run_one(backends[name], case, prep)
+            except Exception as exc:
+                rec = base_record(name, case)
+                rec["reason"] = f"{type(exc).__name__}: {exc}"[:300]
+            conn.send(("rec", rec))
+        conn.send(("done",))
+
+
+def _last_words(log: str) -> str:
+    """The most telling line a dead worker printed: an assert or error if any."""
+    try:
+        with open(log, errors="replace") as fh:
+            lines = [ln.strip() for ln in fh.readlines()[-50:] if ln.strip()]
+    except OSError:
+        return ""
+    for ln in reversed(lines):
+        low = ln.lower()
+        if any(w in low for w in ("assert", "error", "abort", "fault", "terminate")):
+            return ln[:240]
+    return lines[-1][:240] if lines else ""
+
+
+def _signal_name(code: int | None) -> str:
+    if code is None:
+        return "unknown"
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+@dataclasses.dataclass
+class _Slot:
+    proc: mp.Process
+    conn: object
+    log: str
+    ready: bool = False
+    case: Case | None = None
+    pending: list = dataclasses.field(default_factory=list)
+    deadline: float = 0.0
+
+
+class WorkerPool:
+    """Runs jobs on N worker processes with crash and timeout isolation."""
+
+    def __init__(self, jobs: int = 1, timeout: float = 30.0, setup: dict | None = None,
+                 startup_timeout: float = 180.0):
+        self.n = max(1, jobs)
+        self.timeout = timeout
+        self.startup_timeout = startup_timeout
+        self.setup = setup or {}
+        self.ctx = mp.get_context("spawn")
+        self.slots: list[_Slot] = []
+        self.logdir = tempfile.TemporaryDirectory(prefix="sdpa_probe_check_")
+        self.n_spawned = 0
+
+    def _spawn(self) -> _Slot:
+        parent, child = self.ctx.Pipe()
+        self.n_spawned += 1
+        log = os.path.join(self.logdir.name, f"worker{self.n_spawned}.log")
+        proc = self.ctx.Process(target=_worker_main, args=(child, {**self.setup, "log": log}),
+                                daemon=True)
+        proc.start()
+        child.close()
+        return _Slot(proc, parent, log, deadline=time.monotonic() + self.startup_timeout)
+
+    @staticmethod
+    def _kill(slot: _Slot) -> None:
+        if slot.proc.is_alive():
+            slot.proc.kill()
+        slot.proc.join(5)
+        slot.conn.close()
+
+    def run(self, work: list[tuple[Case, list[str]]], on_record) -> None:
+        queue = collections.deque(work)
+        self.slots = [self._spawn() for _ in range(min(self.n, len(queue)) or 1)]
+        try:
+            while queue or any(s.case is not None for s in self.slots):
+                for s in self.slots:
+                    if s.ready and s.case is None and queue:
+                        case, names = queue.popleft()
+                        s.case, s.pending = case, list(names)
+                        s.deadline = time.monotonic() + self.timeout
+                        s.conn.send((case.params(), names))
+                now = time.monotonic()
+                wait_for = max(0.01, min(s.deadline for s in self.slots) - now)
+                ready = wait([s.conn for s in self.slots] + [s.proc.sentinel for s in self.slots],
+                             timeout=wait_for)
+                for i, s in enumerate(list(self.slots)):
+                    if s.conn in ready or s.proc.sentinel in ready:
+                        self.slots[i] = self._service(s, queue, on_record)
+                now = time.monotonic()
+                for i, s in enumerate(list(self.slots)):
+                    if now > s.deadline and (s.case is not None or not s.ready):
+                        self.slots[i] = self._expire(s, queue, on_record)
+        finally:
+            for s in self.slots:
+                try:
+                    s.conn.send(None)
+                except (OSError, BrokenPipeError):
+                    pass
+                s.proc.join(2)
+                self._kill(s)
+            self.logdir.cleanup()
+
+    def _service(self, s: _Slot, queue, on_record) -> _Slot:
+        try:
+            while s.conn.poll():
+                msg = s.conn.recv()
+                if msg[0] == "ready":
+                    s.ready = True
+                elif msg[0] == "rec":
+                    rec = msg[1]
+                    if s.pending and s.pending[0] == rec["backend"]:
+                        s.pending.pop(0)
+                    on_record(rec)
+                    s.deadline = time.monotonic() + self.timeout
+                elif msg[0] == "done":
+                    s.case, s.pending = None, []
+            return s
+        except (EOFError, OSError):
+            pass
+        # the worker died
+        s.proc.join(5)
+        why = _signal_name(s.proc.exitcode)
+        said = _last_words(s.log)
+        if said:
+            why += f"; it printed: {said}"
+        if s.case is not None and s.pending:
+            rec = base_record(s.pending[0], s.case)
+            rec.update(status="crash", reason=f"worker process died: {why}")
+            on_record(rec)
+            if s.pending[1:]:
+                queue.appendleft((s.case, s.pending[1:]))
+        elif not s.ready:
+            raise RuntimeError(f"a check worker failed to start ({why})")
+        self._kill(s)
+        return self._spawn()
+
+    def _expire(self, s: _Slot, queue, on_record) -> _Slot:
+        if not s.ready:
+            self._kill(s)
+            raise RuntimeError("a check worker did not start in time")
+        rec = base_record(s.pending[0], s.case)
+        rec.update(status="timeout", reason=f"no result within {self.timeout:g} s",
+                   seconds=self.timeout)
+        on_record(rec)
+        if s.pending[1:]:
+            queue.appendleft((s.case, s.pending[1:]))
+        self._kill(s)
+        return self._spawn()

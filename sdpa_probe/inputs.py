@@ -1,0 +1,259 @@
+"""Turning a Case into buffers: seeded inputs in their storage dtype, laid out
+as views into larger arenas whose slack holds NaN (so an over-read shows),
+the mask from its recipe, and an output buffer framed by guard regions and
+pre-filled with poison (so a missing or out-of-bounds write shows)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from .cases import KV_BLOCK, Q_BLOCK, Case
+from .native import QuantTensor
+
+KV_SLACK = 16      # cache slots past kv_len, NaN
+HEAD_PAD = 8       # padded layout: elements between heads, NaN
+NEG_FINITE = float(np.finfo(np.float32).min)
+
+STORAGE_NP = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "i8": np.int8}
+OUT_NP = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16, "i8": np.float32}
+# Bit patterns: poison is what an unwritten output element still holds; guard
+# fills the regions around the output. Both are finite, so NaN checks stay clean.
+POISON = {np.dtype(np.float32): (np.uint32, 0xFF7A5A5A), np.dtype(np.float16): (np.uint16, 0xFBFE),
+          np.dtype(np.uint16): (np.uint16, 0xFF5A)}
+GUARD = {np.dtype(np.float32): (np.uint32, 0x7F3C3C3C), np.dtype(np.float16): (np.uint16, 0x7BCD),
+         np.dtype(np.uint16): (np.uint16, 0x7F3C)}
+NAN_BITS = {np.dtype(np.float32): (np.uint32, 0x7FC00000),
+            np.dtype(np.float16): (np.uint16, 0x7E00), np.dtype(np.uint16): (np.uint16, 0x7FC0)}
+
+MASKS = ("none", "random", "rows:first", "rows:middle", "rows:last", "rows:block", "rows:far",
+         "rows:negfinite", "window:W", "ring:W", "sink:S:W", "constant-token")
+
+
+@dataclasses.dataclass
+class CaseData:
+    case: Case
+    q: torch.Tensor            # real (stored, dequantised) values, float64 [B, Lq, H, D]
+    k: torch.Tensor            # float64 [B, Lkv, Hkv, D]
+    v: torch.Tensor
+    mask: np.ndarray | None    # float32 [Lq, Lkv]
+    q_store: object            # np.ndarray view or QuantTensor
+    k_store: object
+    v_store: object
+
+    @property
+    def mask_t(self) -> torch.Tensor | None:
+        return None if self.mask is None else torch.from_numpy(self.mask)
+
+
+# ---- masks -----------------------------------------------------------------------
+
+def _ring_positions(kv_len: int, last_pos: int, sink: int = 0) -> np.ndarray:
+    """Position held by each slot of a ring cache (sinks pinned at slots [0, sink))
+    after tokens 0..last_pos were written. -1: empty slot."""
+    pos = np.full(kv_len, -1, dtype=np.int64)
+    ring = kv_len - sink
+    for p in range(last_pos + 1):
+        slot = p if p < sink else sink + (p - sink) % ring
+        pos[slot] = p
+    return pos
+
+
+def make_mask(case: Case, rng: np.random.Generator) -> np.ndarray | None:
+    Lq, Lkv, r = case.q_len, case.kv_len, case.mask
+    if r in ("none", "constant-token"):
+        return None
+    if r == "random":
+        m = rng.standard_normal((Lq, Lkv)).astype(np.float32)
+        m[rng.random((Lq, Lkv)) < 0.25] = -np.inf
+        m[:, 0] = 0.0  # every row keeps one visible key
+        return m
+    if r.startswith("rows:"):
+        m = (0.5 * rng.standard_normal((Lq, Lkv))).astype(np.float32)
+        kind = r.split(":", 1)[1]
+        if kind == "first":
+            m[0] = -np.inf
+        elif kind == "middle":
+            m[Lq // 2] = -np.inf
+        elif kind == "last":
+            m[Lq - 1] = -np.inf
+        elif kind == "block":
+            m[:Q_BLOCK] = -np.inf
+        elif kind == "far":  # row 1 sees only the last few keys, in the last key block
+            m[1] = -np.inf
+            m[1, Lkv - 5:] = 0.0
+            m[0] = -np.inf
+        elif kind == "negfinite":  # the most negative finite value instead of -inf
+            m[1] = NEG_FINITE
+            m[rng.random((Lq, Lkv)) < 0.2] = NEG_FINITE
+            m[:, 0] = np.where(np.arange(Lq) == 1, NEG_FINITE, 0.0)
+        else:
+            raise ValueError(f"unknown mask {r}")
+        return m
+    q_pos = case.start_pos + np.arange(Lq)
+    if r.startswith("window:"):
+        w = int(r.split(":")[1])
+        j = np.arange(Lkv)[None, :]
+        vis = (j <= q_pos[:, None]) & (j > q_pos[:, None] - w)
+        return np.where(vis, 0.0, -np.inf).astype(np.float32)
+    if r.startswith(("ring:", "sink:")):
+        parts = r.split(":")
+        sink = int(parts[1]) if r.startswith("sink:") else 0
+        w = int(parts[-1])
+        # the cache has wrapped: the newest query sits past the end of the cache
+        last = Lkv + Lkv // 2 + Lq
+        q_pos = last - Lq + 1 + np.arange(Lq)
+        slot_pos = _ring_positions(Lkv, last, sink)[None, :]
+        vis = (slot_pos >= 0) & (slot_pos <= q_pos[:, None]) & (slot_pos > q_pos[:, None] - w)
+        vis |= (slot_pos >= 0) & (slot_pos < sink)
+        return np.where(vis, 0.0, -np.inf).astype(np.float32)
+    raise ValueError(f"unknown mask recipe {r!r}")
+
+
+# ---- storage ---------------------------------------------------------------------
+
+def quantize_per_token(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Asymmetric int8 per (b, s, h) over the last dim: real = (q - zp) * scale."""
+    lo = x.min(axis=-1)
+    hi = x.max(axis=-1)
+    rng_ = hi - lo
+    scale = np.where(rng_ > 0, rng_ / 255.0, np.where(np.abs(hi) > 0, np.abs(hi) / 127.0, 1.0))
+    zp = np.clip(np.round(-128.0 - lo / scale), -128, 127)
+    q = np.clip(np.round(x / scale[..., None] + zp[..., None]), -128, 127)
+    return q.astype(np.int8), scale.astype(np.float32), zp.astype(np.int8)
+
+
+def _nan_fill(arena: np.ndarray) -> None:
+    if arena.dtype == np.int8:
+        arena.fill(0x7F)
+    elif arena.dtype == np.uint16:
+        arena.fill(0x7FC0)  # bf16 NaN
+    else:
+        arena.fill(np.nan)
+
+
+def _place(values: np.ndarray, layout: str, slack: int) -> np.ndarray:
+    """Copy [B, S, H, D] values into an arena laid out per `layout`, return the view."""
+    B, S, H, D = values.shape
+    if layout == "bhsd":
+        arena = np.empty((B, H, S + slack, D), dtype=values.dtype)
+        _nan_fill(arena)
+        view = arena[:, :, :S, :].transpose(0, 2, 1, 3)
+    elif layout == "padded":
+        arena = np.empty((B, S + slack, H + 1, D + HEAD_PAD), dtype=values.dtype)
+        _nan_fill(arena)
+        view = arena[:, :S, :H, :D]
+    else:
+        arena = np.empty((B, S + slack, H, D), dtype=values.dtype)
+        _nan_fill(arena)
+        view = arena[:, :S]
+    view[...] = values
+    return view
+
+
+def _store(x64: np.ndarray, dtype: str, layout: str, slack: int):
+    """x64 [B, S, H, D] -> (stored real values as float64, storage object)."""
+    if dtype == "f32":
+        s = x64.astype(np.float32)
+        return s.astype(np.float64), _place(s, layout, slack)
+    if dtype == "f16":
+        s = x64.astype(np.float16)
+        return s.astype(np.float64), _place(s, layout, slack)
+    if dtype == "bf16":
+        t = torch.from_numpy(x64).to(torch.bfloat16)
+        bits = t.view(torch.int16).numpy().view(np.uint16)
+        return t.to(torch.float64).numpy(), _place(bits, layout, slack)
+    q, scale, zp = quantize_per_token(x64)
+    real = (q.astype(np.float64) - zp[..., None].astype(np.float64)) * scale[..., None]
+    qv = _place(q, layout, slack)
+    # scale / zero point with the same slack; NaN scales past kv_len poison over-reads
+    sc = _place(scale[..., None], "bshd", slack)[..., 0]
+    zpv = _place(zp[..., None], "bshd", slack)[..., 0]
+    return real, QuantTensor(qv, sc, zpv)
+
+
+def materialise(case: Case) -> CaseData:
+    rng = np.random.default_rng([case.seed, 0x5D9A])
+    B, Lq, H, Hkv, D, Lkv = (case.batch, case.q_len, case.n_heads, case.n_kv_heads,
+                             case.head_dim, case.kv_len)
+    q = rng.standard_normal((B, Lq, H, D)) * case.magnitude
+    k = rng.standard_normal((B, Lkv, Hkv, D)) * case.magnitude
+    v = rng.standard_normal((B, Lkv, Hkv, D))
+    if case.mask == "constant-token" and Lkv > 5:
+        k[:, 3] = 0.75      # a constant token: zero quantization range
+        v[:, 5] = -1.25
+        v[:, 4] = 0.0
+    mask = make_mask(case, rng)
+    q_real, q_store = _store(q, case.dtype, case.layout, 0)
+    k_real, k_store = _store(k, case.dtype, case.layout, KV_SLACK)
+    v_real, v_store = _store(v, case.dtype, case.layout, KV_SLACK)
+    t = torch.from_numpy
+    return CaseData(case, t(q_real), t(k_real), t(v_real), mask, q_store, k_store, v_store)
+
+
+# ---- the output buffer ------------------------------------------------------------
+
+GUARD_ELEMS = 64
+
+
+@dataclasses.dataclass
+class OutBuffer:
+    arena: np.ndarray      # every element, guard regions included
+    view: np.ndarray       # [B, Lq, H, D] as the kernel sees it
+    inside: np.ndarray     # bool, arena elements that belong to the view
+
+    @property
+    def bits_dtype(self):
+        return POISON[self.arena.dtype][0]
+
+    def poison_count(self) -> tuple[int, tuple | None]:
+        bits_t, poison = POISON[self.arena.dtype]
+        hit = self.view.view(bits_t) == poison
+        n = int(hit.sum())
+        return n, (tuple(int(x) for x in np.argwhere(hit)[0]) if n else None)
+
+    def guard_violations(self) -> tuple[int, int | None]:
+        bits_t, guard = GUARD[self.arena.dtype]
+        bad = (self.arena.view(bits_t) != guard) & ~self.inside
+        n = int(bad.sum())
+        return n, (int(np.argwhere(bad.reshape(-1))[0][0]) if n else None)
+
+    def values(self) -> np.ndarray:
+        """The view as float64 (bf16 bits decoded)."""
+        if self.view.dtype == np.uint16:
+            t = torch.from_numpy(np.ascontiguousarray(self.view).view(np.int16))
+            return t.view(torch.bfloat16).to(torch.float64).numpy()
+        return self.view.astype(np.float64)
+
+
+def out_buffer(case: Case) -> OutBuffer:
+    B, Lq, H, D = case.batch, case.q_len, case.n_heads, case.head_dim
+    dt = np.dtype(OUT_NP[case.dtype])
+    g = GUARD_ELEMS
+    if case.layout == "padded":
+        shape = (B, Lq, H + 1, D + HEAD_PAD)
+        n = int(np.prod(shape))
+        flat = np.empty(n + 2 * g, dtype=dt)
+        body = flat[g:g + n].reshape(shape)
+        view = body[:, :, :H, :D]
+    elif case.layout == "bhsd":
+        n = B * H * Lq * D
+        flat = np.empty(n + 2 * g, dtype=dt)
+        view = flat[g:g + n].reshape(B, H, Lq, D).transpose(0, 2, 1, 3)
+    else:
+        n = B * Lq * H * D
+        flat = np.empty(n + 2 * g, dtype=dt)
+        view = flat[g:g + n].reshape(B, Lq, H, D)
+    bits_t, guard = GUARD[dt]
+    # mark the view's elements to learn which arena elements belong to it
+    flat.view(bits_t).fill(0)
+    view.view(bits_t)[...] = 1
+    inside = flat.view(bits_t) == 1
+    flat.view(bits_t).fill(guard)
+    view.view(bits_t)[...] = POISON[dt][1]
+    return OutBuffer(flat, view, inside)
+
+
+__all__ = ["CaseData", "OutBuffer", "materialise", "out_buffer", "make_mask", "KV_BLOCK"]
