@@ -1,0 +1,120 @@
+"""The C ABI's contract: argument validation, exact alignment arithmetic, the build cache."""
+
+import numpy as np
+import pytest
+
+from conftest import EXAMPLE_KERNEL
+
+from sdpa_probe import build, native
+from sdpa_probe.errors import BuildError, ProbeError, SdpaInvalid
+
+KERNELS = ["decomposed", "flash", "flash_maskskip", "quant_int8", "quant_int8_alloc"]
+
+
+def test_align_up_exact_for_small_x_and_powers_of_two():
+    _, lib, _ = native.native_lib()
+    for shift in range(0, 11):
+        a = 1 << shift
+        for x in range(0, 3000):
+            assert lib.sdpa_probe_align_up(x, a) == -(-x // a) * a, (x, a)
+
+
+def test_align_up_rejects_non_powers_of_two():
+    _, lib, _ = native.native_lib()
+    for a in (0, -4, 3, 6, 12, 96):
+        assert lib.sdpa_probe_align_up(10, a) == -1
+
+
+def test_seed000_mask_expression_is_wrong():
+    """(x + a - 1) & -(a - 1) keeps bit 0 of the mask: it misaligns odd results."""
+    a = 32
+    wrong = [(x, (x + a - 1) & -(a - 1)) for x in range(1, 200) if ((x + a - 1) & -(a - 1)) % a]
+    assert wrong, "the old expression should misalign some x"
+
+
+def _args(rng, dtype=np.float32, B=1, Lq=2, H=4, Hkv=2, D=16, Lkv=10):
+    q = rng.standard_normal((B, Lq, H, D)).astype(dtype)
+    k = rng.standard_normal((B, Lkv, Hkv, D)).astype(dtype)
+    v = rng.standard_normal((B, Lkv, Hkv, D)).astype(dtype)
+    out = np.zeros((B, Lq, H, D), np.float32)
+    ffi, _, _ = native.native_lib()
+    return native.prepare(ffi, q, k, v, out), out
+
+
+CORRUPTIONS = {
+    "abi-version": lambda a: setattr(a, "abi_version", 99),
+    "heads-not-multiple": lambda a: setattr(a, "n_kv_heads", 3),
+    "negative-kv": lambda a: setattr(a, "kv_len", -1),
+    "negative-batch": lambda a: setattr(a, "batch", -2),
+    "zero-head-dim": lambda a: setattr(a, "head_dim", 0),
+    "zero-kv-heads": lambda a: setattr(a, "n_kv_heads", 0),
+    "negative-start-pos": lambda a: setattr(a, "start_pos", -1),
+    "null-q": lambda a: setattr(a.q, "data", native.native_lib()[0].NULL),
+    "null-out": lambda a: setattr(a.out, "data", native.native_lib()[0].NULL),
+    "bad-dtype": lambda a: setattr(a.k, "dtype", 7),
+    "int8-out": lambda a: setattr(a.out, "dtype", 3),
+    "int8-without-scale": lambda a: setattr(a.k, "dtype", 3),
+    "nan-scale": lambda a: setattr(a, "scale", float("nan")),
+}
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("what", list(CORRUPTIONS))
+def test_bad_arguments_return_invalid(rng, kernel, what):
+    call, out = _args(rng)
+    CORRUPTIONS[what](call.args)
+    before = out.copy()
+    assert native.get_kernel(kernel).forward_args(call.args) == 2
+    np.testing.assert_array_equal(out, before)  # nothing written
+
+
+def test_wrapper_checks_shapes(rng):
+    q = np.zeros((1, 2, 4, 16), np.float32)
+    k = np.zeros((1, 5, 3, 16), np.float32)
+    with pytest.raises(ValueError, match="multiple"):
+        native.get_kernel("flash")(q, k, k, np.zeros_like(q))
+    with pytest.raises(ValueError, match="out"):
+        native.get_kernel("flash")(q, k[:, :, :2], k[:, :, :2], np.zeros((1, 2, 4, 8), np.float32))
+
+
+def test_unsupported_status_raises(rng):
+    from sdpa_probe.errors import SdpaUnsupported
+
+    call, _ = _args(rng)
+    with pytest.raises(SdpaUnsupported):
+        native.raise_for_status(native.get_kernel("quant_int8").forward_args(call.args), "q")
+    with pytest.raises(SdpaInvalid):
+        native.raise_for_status(2, "x")
+
+
+def test_build_is_cached_and_keyed_by_flags(tmp_path, monkeypatch):
+    monkeypatch.setenv("SDPA_PROBE_CACHE", str(tmp_path))
+    spec = native.user_kernel_spec(EXAMPLE_KERNEL)
+    r1 = build.build(spec)
+    assert not r1.cached and r1.path.exists() and r1.path.parent == tmp_path
+    r2 = build.build(spec)
+    assert r2.cached and r2.path == r1.path
+    r3 = build.build(spec, cflags="-O1")
+    assert r3.path != r1.path and "-O1" in r3.flags
+    assert not list(tmp_path.glob("sdpa_probe_build_*")), "temp build dirs must be cleaned up"
+
+
+def test_bad_compiler_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SDPA_PROBE_CACHE", str(tmp_path))
+    spec = native.user_kernel_spec(EXAMPLE_KERNEL)
+    with pytest.raises(BuildError, match="cannot be run"):
+        build.build(spec, cc="/nonexistent/cc")
+
+
+def test_broken_kernel_source_is_a_build_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SDPA_PROBE_CACHE", str(tmp_path / "cache"))
+    bad = tmp_path / "bad.c"
+    bad.write_text('#include "sdpa_probe.h"\nint sdpa_forward(const sdpa_args *a) { return x; }\n')
+    with pytest.raises(BuildError) as err:
+        native.load_user_kernel(bad)
+    assert "\n" not in str(err.value)
+
+
+def test_user_kernel_must_exist():
+    with pytest.raises(ProbeError, match="not found"):
+        native.load_user_kernel("/nonexistent/k.c")

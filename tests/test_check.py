@@ -1,0 +1,302 @@
+"""The harness: oracle, verdict order, isolation, reports, exit codes, and that
+deliberately broken copies of the example kernel fail the way they should."""
+
+import json
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+import torch
+from conftest import EXAMPLE_KERNEL
+from typer.testing import CliRunner
+
+from sdpa_probe.backends import NativeBackend
+from sdpa_probe.cases import Case, suite
+from sdpa_probe.cli import app
+from sdpa_probe.harness import WorkerPool, prepare_case, run_one
+from sdpa_probe.inputs import materialise, out_buffer
+from sdpa_probe.native import load_user_kernel
+from sdpa_probe.reference import sdpa_reference
+from sdpa_probe.verdict import judge
+
+runner = CliRunner()
+
+
+# ---- the oracle ----------------------------------------------------------------------
+
+def test_oracle_matches_torch_sdpa_on_plain_attention():
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 5, 4, 16, generator=g, dtype=torch.float64)
+    k = torch.randn(2, 9, 4, 16, generator=g, dtype=torch.float64)
+    v = torch.randn(2, 9, 4, 16, generator=g, dtype=torch.float64)
+    ref = sdpa_reference(q, k, v)
+    t = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+    torch.testing.assert_close(ref, t)
+
+
+def test_oracle_causal_is_bottom_right_and_gqa_maps_by_division():
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 3, 4, 8, generator=g, dtype=torch.float64)
+    k = torch.randn(1, 7, 2, 8, generator=g, dtype=torch.float64)
+    v = torch.randn(1, 7, 2, 8, generator=g, dtype=torch.float64)
+    ref = sdpa_reference(q, k, v, is_causal=True, start_pos=4)
+    for i in range(3):
+        for h in range(4):
+            n = 4 + i + 1  # keys 0..start_pos+i
+            kk, vv = k[0, :n, h // 2], v[0, :n, h // 2]
+            p = torch.softmax(kk @ q[0, i, h] / 8 ** 0.5, dim=0)
+            torch.testing.assert_close(ref[0, i, h], p @ vv)
+
+
+def test_oracle_fully_masked_row_is_zero():
+    q = torch.randn(1, 2, 1, 4, dtype=torch.float64)
+    k = torch.randn(1, 3, 1, 4, dtype=torch.float64)
+    mask = torch.tensor([[0.0, 0.0, 0.0], [-np.inf] * 3])
+    ref = sdpa_reference(q, k, k, mask=mask)
+    assert torch.all(ref[0, 1] == 0) and torch.isfinite(ref).all()
+
+
+# ---- the verdict order -----------------------------------------------------------------
+
+def _case_and_ref():
+    case = Case("verdict", q_len=2, kv_len=20, n_heads=2, n_kv_heads=1, head_dim=8)
+    prep = prepare_case(case)
+    return case, prep.ref
+
+
+def _filled(case, values):
+    buf = out_buffer(case)
+    buf.view[...] = values.astype(buf.view.dtype)
+    return buf
+
+
+def test_verdict_nan_comes_before_poison_and_error():
+    case, ref = _case_and_ref()
+    vals = ref.copy()
+    vals[0, 1, 0, :] = np.nan
+    buf = _filled(case, vals)
+    buf.view[0, 0, 1, 0] = np.float32(7.0)         # also a plain error
+    from sdpa_probe.inputs import POISON
+    bits_t, poison = POISON[buf.view.dtype]
+    buf.view.view(bits_t)[0, 0, 0, 0] = poison      # and an unwritten element
+    v = judge(case, ref, buf)
+    assert v.status == "fail" and v.reason.startswith("NaN in 1 of")
+
+
+def test_verdict_poison_then_guard_then_error():
+    case, ref = _case_and_ref()
+    buf = _filled(case, ref)
+    from sdpa_probe.inputs import POISON
+    bits_t, poison = POISON[buf.view.dtype]
+    buf.view.view(bits_t)[0, 1, 1, 3] = poison
+    buf.arena[-1] = 1.0
+    v = judge(case, ref, buf)
+    assert "never written" in v.reason and "q=1 h=1 d=3" in v.reason
+    buf = _filled(case, ref)
+    buf.arena[-1] = 1.0
+    buf.view[0, 0, 0, 0] += 1.0
+    assert "out-of-bounds write" in judge(case, ref, buf).reason
+    buf = _filled(case, ref)
+    buf.view[0, 0, 0, 0] += 1e-3
+    v = judge(case, ref, buf)
+    assert v.status == "fail" and "error above tolerance" in v.reason
+    assert v.worst == (0, 0, 0, 0)
+    assert judge(case, ref, _filled(case, ref)).status == "pass"
+
+
+# ---- over-reads are caught through NaN slack ---------------------------------------------
+
+def test_inputs_carry_nan_slack_past_kv_len():
+    case = Case("slack", kv_len=10, layout="padded", q_len=2, n_heads=2, n_kv_heads=1)
+    data = materialise(case)
+    k = data.k_store
+    base = k.base
+    while base.base is not None:
+        base = base.base
+    assert np.isnan(base).sum() > 0 and np.isfinite(k).all()
+
+
+# ---- deliberately broken kernels -----------------------------------------------------------
+
+SRC = EXAMPLE_KERNEL.read_text()
+
+BUGS = {
+    "ignore-start-pos": ("if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
+                         "if (a->is_causal && i + 1 < n) n = i + 1;"),
+    "gqa-modulo": ("const int64_t hk = h / group;", "const int64_t hk = h % a->n_kv_heads;"),
+    "drop-partial-block": ("int64_t n = kv; ", "int64_t n = kv >= 64 ? kv / 64 * 64 : kv; "),
+    "f16-accumulation": ("sum += w;",
+                         "sum = a->k.dtype == SDPA_F16 ? f16_to_f32(f32_to_f16(sum + w)) : sum + w;"),
+    "last-head-unwritten": ("for (int64_t h = 0; h < a->n_heads; h++) {",
+                            "for (int64_t h = 0; h < a->n_heads - (a->n_heads > 1); h++) {"),
+    "write-past-end": ("for (int64_t d = 0; d < D; d++) store(&a->out, b, i, h, d, acc[d]);",
+                       "for (int64_t d = 0; d < D; d++) store(&a->out, b, i, h, d, acc[d]);\n"
+                       "        if (b == a->batch - 1 && i == a->q_len - 1 && h == a->n_heads - 1)"
+                       " store(&a->out, b, i, h, D, 0.0f);"),
+    "nan-masked-rows": ("if (mx != -INFINITY) {", "{"),
+    "no-write": ("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;", "return SDPA_OK;"),
+    "over-read": ("int64_t n = kv; ", "int64_t n = kv + !a->is_causal; "),
+}
+
+# (bug, case, expected status, reason fragment)
+EXPECT = [
+    ("ignore-start-pos", Case("bug", q_len=3, kv_len=40, causal=True, start_pos=37), "fail",
+     "error above tolerance"),
+    ("gqa-modulo", Case("bug", n_heads=8, n_kv_heads=2, kv_len=20), "fail", "error above"),
+    ("drop-partial-block", Case("bug", kv_len=129), "fail", "error above tolerance"),
+    ("f16-accumulation", Case("bug", kv_len=2049, dtype="f16", n_heads=4, n_kv_heads=1), "fail",
+     "error above tolerance"),
+    ("last-head-unwritten", Case("bug", kv_len=20), "fail", "never written"),
+    ("write-past-end", Case("bug", kv_len=20), "fail", "out-of-bounds write"),
+    ("nan-masked-rows", Case("bug", q_len=3, kv_len=20, mask="rows:first"), "fail",
+     "fully masked rows"),
+    ("no-write", Case("bug", kv_len=20), "fail", "never written"),
+    ("over-read", Case("bug", kv_len=20), "fail", "NaN"),
+]
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bugs")
+    out = {}
+    for name, (old, new) in BUGS.items():
+        assert SRC.count(old) == 1, name
+        p = d / f"{name}.c"
+        p.write_text(SRC.replace(old, new))
+        out[name] = p
+    return out
+
+
+def test_example_kernel_passes_default_suite():
+    backend = NativeBackend("user", load_user_kernel(EXAMPLE_KERNEL))
+    for case in suite("default"):
+        rec = run_one(backend, case, prepare_case(case))
+        assert rec["status"] == "pass", (case.id, rec["reason"])
+
+
+@pytest.mark.parametrize("bug,case,status,reason", EXPECT, ids=[e[0] for e in EXPECT])
+def test_broken_kernel_is_caught(variants, bug, case, status, reason):
+    backend = NativeBackend(bug, load_user_kernel(variants[bug]))
+    rec = run_one(backend, case, prepare_case(case))
+    assert rec["status"] == status, rec
+    assert reason in rec["reason"], rec["reason"]
+
+
+def test_f16_accumulation_bug_spares_f32():
+    """The tolerance is tight for f16 yet the same kernel still passes in f32."""
+    backend = NativeBackend("ok", load_user_kernel(EXAMPLE_KERNEL))
+    case = Case("bug", kv_len=2049, dtype="f16", n_heads=4, n_kv_heads=1)
+    assert run_one(backend, case, prepare_case(case))["status"] == "pass"
+
+
+# ---- isolation ------------------------------------------------------------------------------
+
+def _write_variant(tmp_path, name, inject):
+    p = tmp_path / f"{name}.c"
+    p.write_text(SRC.replace("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
+                             "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n  " + inject))
+    return p
+
+
+def test_crash_and_hang_are_isolated(tmp_path):
+    crash = _write_variant(tmp_path, "crash", "if (a->kv_len > 1000) { volatile int *p = 0; *p = 1; }")
+    hang = _write_variant(tmp_path, "hang", "if (a->kv_len == 77) { volatile int x = 1; while (x) {} }")
+    names = [f"user:{crash}", f"user:{hang}"]
+    for n in names:
+        load_user_kernel(n[5:])
+    cases = [Case("iso", kv_len=2000), Case("iso", kv_len=77), Case("iso", kv_len=30)]
+    records = []
+    WorkerPool(jobs=1, timeout=4.0).run([(c, names) for c in cases], records.append)
+    got = {(r["backend"].split("/")[-1], r["case"]): r for r in records}
+    assert len(records) == 6
+    r = got[("crash.c", cases[0].id)]
+    assert r["status"] == "crash" and "SIGSEGV" in r["reason"]
+    assert got[("hang.c", cases[0].id)]["status"] == "pass"  # re-queued after the crash
+    assert got[("hang.c", cases[1].id)]["status"] == "timeout"
+    assert got[("crash.c", cases[1].id)]["status"] == "pass"
+    assert got[("crash.c", cases[2].id)]["status"] == "pass"
+    assert got[("hang.c", cases[2].id)]["status"] == "pass"
+
+
+# ---- the command -------------------------------------------------------------------------------
+
+def test_check_smoke_passes_and_writes_reports(tmp_path):
+    j, x = tmp_path / "r.json", tmp_path / "r.xml"
+    res = runner.invoke(app, ["check", "--suite", "smoke", "-b", "flash,torch", "--json", str(j),
+                              "--junit", str(x)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(j.read_text())
+    assert doc["schema"] == "sdpa_probe.check/1"
+    n_cases = len(suite("smoke"))
+    assert doc["summary"]["total"] == len(doc["records"]) == 2 * n_cases
+    rec = doc["records"][0]
+    for key in ("backend", "case", "status", "reason", "max_abs_err", "nmse", "seconds"):
+        assert key in rec
+    assert doc["summary"]["fail"] == 0
+    root = ET.parse(x).getroot()
+    assert root.tag == "testsuites"
+    assert sum(int(s.get("tests")) for s in root) == 2 * n_cases
+
+
+def test_check_json_to_stdout_and_failure_exit_code(tmp_path):
+    bad = _write_variant(tmp_path, "bad", "if (a->is_causal) return SDPA_OK;")
+    res = runner.invoke(app, ["check", "--kernel", str(bad), "--suite", "smoke", "--json", "-"])
+    assert res.exit_code == 1
+    doc = json.loads(res.stdout)
+    statuses = {r["status"] for r in doc["records"]}
+    assert "fail" in statuses and "pass" in statuses
+    failing = [r for r in doc["records"] if r["status"] == "fail"]
+    assert all("never written" in r["reason"] for r in failing)
+    assert all(r["repro"].startswith("probe check --kernel") for r in failing)
+
+
+def test_check_example_kernel_via_cli():
+    res = runner.invoke(app, ["check", "--kernel", str(EXAMPLE_KERNEL), "--suite", "smoke"])
+    assert res.exit_code == 0, res.output
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["check", "-b", "nosuch"], "unknown backend"),
+    (["check", "--suite", "nosuch"], "unknown suite"),
+    (["check", "-k", "no-case-has-this-id"], "no case matches"),
+    (["check", "--dtype", "f64"], "unknown dtype"),
+    (["check", "--kernel", "/nonexistent.c"], "not found"),
+    (["check", "--repro", "nosuch-case"], "unknown case id"),
+    (["check", "--save", "/tmp/x"], "--save needs --repro"),
+])
+def test_check_usage_errors(argv, msg):
+    res = runner.invoke(app, argv)
+    assert res.exit_code == 2
+    assert msg in res.output
+    assert "Traceback" not in res.output
+
+
+def test_repro_shows_map_and_saves(tmp_path):
+    bad = _write_variant(tmp_path, "rowbug", "")
+    bad.write_text(bad.read_text().replace("if (mx != -INFINITY) {", "{"))
+    case_id = "masked-rows-h4gqa2-q5-kv140-d64-f32-rowsmiddle"
+    save = tmp_path / "repro"
+    res = runner.invoke(app, ["check", "--kernel", str(bad), "--repro", case_id,
+                              "--save", str(save)])
+    assert res.exit_code == 1, res.output
+    assert "fully masked rows" in res.output
+    assert "q    2 |NNNN|" in res.output          # the NaN row, every head
+    files = sorted(p.name for p in save.iterdir())
+    assert files == [f"{case_id}.npz", f"{case_id}.py"]
+    # the snippet reproduces the oracle with torch alone
+    import runpy
+    import sys
+    from io import StringIO
+    old, sys.stdout = sys.stdout, StringIO()
+    try:
+        runpy.run_path(str(save / f"{case_id}.py"))
+        printed = sys.stdout.getvalue()
+    finally:
+        sys.stdout = old
+    err = float(printed.split(":")[-1].strip().replace("tensor(", "").split(",")[0].rstrip(")"))
+    assert err < 1e-12
+    # refuses to overwrite without --force
+    res = runner.invoke(app, ["check", "--kernel", str(bad), "--repro", case_id, "--save",
+                              str(save)])
+    assert res.exit_code == 2 and "--force" in res.output
