@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from conftest import EXAMPLE_KERNEL
 
 from sdpa_probe import build, native

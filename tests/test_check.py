@@ -122,12 +122,14 @@ def test_inputs_carry_nan_slack_past_kv_len():
 SRC = EXAMPLE_KERNEL.read_text()
 
 BUGS = {
-    "ignore-start-pos": ("if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
-                         "if (a->is_causal && i + 1 < n) n = i + 1;"),
+    "ignore-start-pos": (
+        "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
+        "if (a->is_causal && i + 1 < n) n = i + 1;"),
     "gqa-modulo": ("const int64_t hk = h / group;", "const int64_t hk = h % a->n_kv_heads;"),
     "drop-partial-block": ("int64_t n = kv; ", "int64_t n = kv >= 64 ? kv / 64 * 64 : kv; "),
-    "f16-accumulation": ("sum += w;",
-                         "sum = a->k.dtype == SDPA_F16 ? f16_to_f32(f32_to_f16(sum + w)) : sum + w;"),
+    "f16-accumulation": (
+        "sum += w;",
+        "sum = a->k.dtype == SDPA_F16 ? f16_to_f32(f32_to_f16(sum + w)) : sum + w;"),
     "last-head-unwritten": ("for (int64_t h = 0; h < a->n_heads; h++) {",
                             "for (int64_t h = 0; h < a->n_heads - (a->n_heads > 1); h++) {"),
     "write-past-end": ("for (int64_t d = 0; d < D; d++) store(&a->out, b, i, h, d, acc[d]);",
@@ -200,8 +202,10 @@ def _write_variant(tmp_path, name, inject):
 
 
 def test_crash_and_hang_are_isolated(tmp_path):
-    crash = _write_variant(tmp_path, "crash", "if (a->kv_len > 1000) { volatile int *p = 0; *p = 1; }")
-    hang = _write_variant(tmp_path, "hang", "if (a->kv_len == 77) { volatile int x = 1; while (x) {} }")
+    crash = _write_variant(tmp_path, "crash",
+                           "if (a->kv_len > 1000) { volatile int *p = 0; *p = 1; }")
+    hang = _write_variant(tmp_path, "hang",
+                          "if (a->kv_len == 77) { volatile int x = 1; while (x) {} }")
     names = [f"user:{crash}", f"user:{hang}"]
     for n in names:
         load_user_kernel(n[5:])
