@@ -183,6 +183,15 @@ def _default() -> list[Case]:
         cs.append(Case("dtype", q_len=9, kv_len=100, dtype=dt, causal=True, start_pos=91,
                        n_heads=4, n_kv_heads=2))
     cs.append(Case("dtype", q_len=1, kv_len=2049, dtype="bf16", n_heads=4, n_kv_heads=1))
+    # the int8 paths through the edge-case families
+    cs.append(Case("dtype", q_len=1, kv_len=2049, dtype="i8", n_heads=16, n_kv_heads=2))
+    cs.append(Case("dtype", q_len=1, kv_len=KV_BLOCK + 1, dtype="i8", n_heads=8, n_kv_heads=1))
+    cs.append(Case("dtype", q_len=5, kv_len=140, dtype="i8", mask="rows:middle",
+                   n_heads=4, n_kv_heads=2))
+    cs.append(Case("dtype", q_len=3, kv_len=256, dtype="i8", mask="ring:200",
+                   n_heads=4, n_kv_heads=2))
+    cs.append(Case("dtype", q_len=3, kv_len=70, dtype="i8", head_dim=67, causal=True,
+                   start_pos=67, n_heads=4, n_kv_heads=2))
     cs.append(Case("dtype", q_len=2, kv_len=70, dtype="i8", mask="constant-token",
                    n_heads=4, n_kv_heads=2))
     # layouts through strides, with NaN in every byte a kernel must not read
