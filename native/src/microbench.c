@@ -1,0 +1,311 @@
+/* Machine micro-benchmarks for `probe info`: streaming read bandwidth and
+ * peak F32 FMA throughput. See include/sdpa_probe_machine.h. */
+#define _POSIX_C_SOURCE 200809L
+#include <time.h>
+
+#include "common.h"
+#include "sdpa_probe_machine.h"
+
+#if defined(__FMA__) && defined(__AVX__)
+#include <immintrin.h>
+typedef __m256 mb_vec;
+#define MB_LANES 8
+#define MB_CHAINS 12 /* 16 ymm registers: 12 accumulators + multiplier + addend */
+#define MB_FUSED 1
+#define MB_FMA(a, m, k) _mm256_fmadd_ps((a), (m), (k))
+#define MB_SET1(x) _mm256_set1_ps(x)
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+typedef float32x4_t mb_vec;
+#define MB_LANES 4
+#define MB_CHAINS 24 /* 32 q registers */
+#define MB_FUSED 1
+#define MB_FMA(a, m, k) vfmaq_f32((k), (a), (m))
+#define MB_SET1(x) vdupq_n_f32(x)
+#else
+/* No fused multiply-add the compiler is sure to emit under -std=c11 (which
+ * turns off contraction): a separate multiply and add, still 2 flops. */
+typedef v8f mb_vec;
+#define MB_LANES 8
+#define MB_CHAINS 12
+#define MB_FUSED 0
+#define MB_FMA(a, m, k) ((a) * (m) + (k))
+#define MB_SET1(x) v8f_set1(x)
+#endif
+
+#define MB_FMA_TASKS_PER_THREAD 8
+#define MB_CHUNK_BYTES ((int64_t)1 << 20)
+#define MB_AUTO_PASS_BYTES ((int64_t)64 << 20)
+#define MB_LINE_FLOATS 64 /* floats per inner-loop step: 256 bytes, 8 vectors */
+
+/* Per-thread result sinks, padded to a cache line, so that no load or FMA
+ * can be dropped and threads do not share a line. */
+typedef struct {
+  double v;
+  char pad[56];
+} mb_sink;
+
+static volatile double g_mb_sink;
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int resolve_threads(int32_t n_threads) {
+  int n = n_threads > 0 ? (int)n_threads : sdpa_probe_default_threads();
+  if (n > SDPA_PROBE_MAX_THREADS) n = SDPA_PROBE_MAX_THREADS;
+  return n < 1 ? 1 : n;
+}
+
+static void sort_doubles(double *x, int64_t n) { /* insertion sort: n <= 256 */
+  for (int64_t i = 1; i < n; i++) {
+    double v = x[i];
+    int64_t j = i - 1;
+    while (j >= 0 && x[j] > v) {
+      x[j + 1] = x[j];
+      j--;
+    }
+    x[j + 1] = v;
+  }
+}
+
+/* Fill out from per-repetition times (sorted here). */
+static void summarise(double *times, int64_t reps, double work, double total,
+                      int n_threads, sdpa_probe_mb_result *out) {
+  sort_doubles(times, reps);
+  double best = times[0] > 0 ? times[0] : 1e-9;
+  double worst = times[reps - 1] > 0 ? times[reps - 1] : 1e-9;
+  double med = reps % 2 ? times[reps / 2] : 0.5 * (times[reps / 2 - 1] + times[reps / 2]);
+  if (med <= 0) med = 1e-9;
+  out->best = work / best;
+  out->median = work / med;
+  out->worst = work / worst;
+  out->best_seconds = times[0];
+  out->total_seconds = total;
+  out->work = (int64_t)work;
+  out->reps = reps;
+  out->n_threads = n_threads;
+}
+
+/* ---- read bandwidth --------------------------------------------------- */
+
+struct sdpa_probe_mb_buffer {
+  float *data;
+  int64_t n_floats; /* a multiple of MB_LINE_FLOATS */
+};
+
+typedef struct {
+  float *data;
+  int64_t n_floats;
+  int64_t chunk_floats; /* a multiple of MB_LINE_FLOATS */
+  int64_t n_chunks;
+  mb_sink sink[SDPA_PROBE_MAX_THREADS];
+} read_ctx;
+
+static void chunk_range(const read_ctx *c, int64_t chunk, int64_t *lo, int64_t *n) {
+  *lo = chunk * c->chunk_floats;
+  int64_t left = c->n_floats - *lo;
+  *n = left < c->chunk_floats ? left : c->chunk_floats;
+}
+
+static void touch_task(void *vctx, int64_t task, int thread) {
+  (void)thread;
+  read_ctx *c = vctx;
+  int64_t lo, n;
+  chunk_range(c, task, &lo, &n);
+  /* a non-zero pattern, so no page stays a shared zero page */
+  const v8f pat = {1.0f, 0.5f, 0.25f, 0.125f, 1.0f, 0.5f, 0.25f, 0.125f};
+  for (int64_t i = 0; i < n; i += 8) *(v8f *)(c->data + lo + i) = pat;
+}
+
+static void read_task(void *vctx, int64_t task, int thread) {
+  read_ctx *c = vctx;
+  int64_t lo, n;
+  chunk_range(c, task % c->n_chunks, &lo, &n);
+  const float *p = c->data + lo;
+  v8f s0 = v8f_set1(0.0f), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0, s6 = s0, s7 = s0;
+  for (int64_t i = 0; i < n; i += MB_LINE_FLOATS) {
+    const v8f *q = (const v8f *)(p + i);
+    s0 += q[0];
+    s1 += q[1];
+    s2 += q[2];
+    s3 += q[3];
+    s4 += q[4];
+    s5 += q[5];
+    s6 += q[6];
+    s7 += q[7];
+  }
+  v8f s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
+  c->sink[thread].v += (double)v8f_hsum(s);
+}
+
+static void read_ctx_init(read_ctx *c, const sdpa_probe_mb_buffer *b, int n_threads) {
+  memset(c, 0, sizeof *c);
+  c->data = b->data;
+  c->n_floats = b->n_floats;
+  int64_t chunk = MB_CHUNK_BYTES / (int64_t)sizeof(float);
+  int64_t per_thread = b->n_floats / n_threads;
+  if (per_thread < chunk) chunk = per_thread;
+  chunk -= chunk % MB_LINE_FLOATS;
+  if (chunk < MB_LINE_FLOATS) chunk = MB_LINE_FLOATS;
+  c->chunk_floats = chunk;
+  c->n_chunks = (b->n_floats + chunk - 1) / chunk;
+}
+
+int sdpa_probe_mb_buffer_new(int64_t bytes, int32_t n_threads, sdpa_probe_mb_buffer **out) {
+  if (out == NULL) return SDPA_PROBE_MB_EINVAL;
+  *out = NULL;
+  if (bytes < 4096 || bytes > ((int64_t)1 << 46)) return SDPA_PROBE_MB_EINVAL;
+  int64_t rounded = sdpa_probe_align_up(bytes, MB_LINE_FLOATS * (int64_t)sizeof(float));
+  if (rounded < 0) return SDPA_PROBE_MB_EINVAL;
+  sdpa_probe_mb_buffer *b = sdpa_probe_malloc((int64_t)sizeof *b);
+  if (b == NULL) return SDPA_PROBE_MB_ENOMEM;
+  b->data = sdpa_probe_malloc(rounded);
+  if (b->data == NULL) {
+    sdpa_probe_free(b);
+    return SDPA_PROBE_MB_ENOMEM;
+  }
+  b->n_floats = rounded / (int64_t)sizeof(float);
+  int nt = resolve_threads(n_threads);
+  read_ctx *c = sdpa_probe_malloc((int64_t)sizeof *c);
+  if (c == NULL) {
+    sdpa_probe_free(b->data);
+    sdpa_probe_free(b);
+    return SDPA_PROBE_MB_ENOMEM;
+  }
+  read_ctx_init(c, b, nt);
+  sdpa_probe_parallel_for(nt, c->n_chunks, touch_task, c);
+  sdpa_probe_free(c);
+  *out = b;
+  return SDPA_PROBE_MB_OK;
+}
+
+void sdpa_probe_mb_buffer_free(sdpa_probe_mb_buffer *buf) {
+  if (buf == NULL) return;
+  sdpa_probe_free(buf->data);
+  sdpa_probe_free(buf);
+}
+
+int64_t sdpa_probe_mb_buffer_bytes(const sdpa_probe_mb_buffer *buf) {
+  return buf == NULL ? -1 : buf->n_floats * (int64_t)sizeof(float);
+}
+
+int sdpa_probe_mb_read(sdpa_probe_mb_buffer *buf, int32_t n_threads, int64_t passes,
+                       int64_t reps, sdpa_probe_mb_result *out) {
+  if (buf == NULL || out == NULL || buf->data == NULL) return SDPA_PROBE_MB_EINVAL;
+  if (reps < 1 || reps > SDPA_PROBE_MB_MAX_REPS) return SDPA_PROBE_MB_EINVAL;
+  memset(out, 0, sizeof *out);
+  int64_t bytes = buf->n_floats * (int64_t)sizeof(float);
+  if (passes <= 0) passes = (MB_AUTO_PASS_BYTES + bytes - 1) / bytes;
+  if (passes > ((int64_t)1 << 40) / bytes + 1) return SDPA_PROBE_MB_EINVAL; /* > 1 TiB per rep */
+  int nt = resolve_threads(n_threads);
+  read_ctx *c = sdpa_probe_malloc((int64_t)sizeof *c);
+  if (c == NULL) return SDPA_PROBE_MB_ENOMEM;
+  read_ctx_init(c, buf, nt);
+  int64_t n_tasks = passes * c->n_chunks;
+  double times[SDPA_PROBE_MB_MAX_REPS];
+  double t_start = now_seconds();
+  sdpa_probe_parallel_for(nt, n_tasks, read_task, c); /* warm-up: wakes the pool */
+  for (int64_t r = 0; r < reps; r++) {
+    double t0 = now_seconds();
+    sdpa_probe_parallel_for(nt, n_tasks, read_task, c);
+    times[r] = now_seconds() - t0;
+  }
+  double total = now_seconds() - t_start;
+  double sink = 0;
+  for (int i = 0; i < SDPA_PROBE_MAX_THREADS; i++) sink += c->sink[i].v;
+  g_mb_sink = sink;
+  sdpa_probe_free(c);
+  summarise(times, reps, (double)bytes * (double)passes, total, nt, out);
+  return SDPA_PROBE_MB_OK;
+}
+
+/* ---- FMA throughput --------------------------------------------------- */
+
+typedef struct {
+  int64_t iters;
+  float init, step, mul, add;
+  mb_sink sink[SDPA_PROBE_MAX_THREADS];
+} fma_ctx;
+
+#define MB_REPEAT12(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11)
+
+static void fma_task(void *vctx, int64_t task, int thread) {
+  fma_ctx *c = vctx;
+  const mb_vec m = MB_SET1(c->mul), k = MB_SET1(c->add);
+  const float base = c->init + (float)(task & 15) * c->step;
+  /* chains start apart (runtime values), so none can be merged with another */
+#define DECL(j) mb_vec a##j = MB_SET1(base + (float)(j) * c->step);
+#define STEP(j) a##j = MB_FMA(a##j, m, k);
+  /* sum the chains in registers (taking their addresses would spill them) */
+#define ADD(j) t = t + a##j;
+#if MB_CHAINS == 12
+  MB_REPEAT12(DECL)
+  for (int64_t i = 0; i < c->iters; i++) {
+    MB_REPEAT12(STEP)
+  }
+  mb_vec t = MB_SET1(0.0f);
+  MB_REPEAT12(ADD)
+#elif MB_CHAINS == 24
+#define DECL2(j) DECL(j) mb_vec a##j##_b = MB_SET1(base + (float)((j) + 12) * c->step);
+#define STEP2(j) STEP(j) a##j##_b = MB_FMA(a##j##_b, m, k);
+#define ADD2(j) ADD(j) t = t + a##j##_b;
+  MB_REPEAT12(DECL2)
+  for (int64_t i = 0; i < c->iters; i++) {
+    MB_REPEAT12(STEP2)
+  }
+  mb_vec t = MB_SET1(0.0f);
+  MB_REPEAT12(ADD2)
+#else
+#error "MB_CHAINS must be 12 or 24"
+#endif
+  float lanes[MB_LANES];
+  memcpy(lanes, &t, sizeof lanes);
+  double s = 0;
+  for (int i = 0; i < MB_LANES; i++) s += lanes[i];
+  c->sink[thread].v += s;
+}
+
+int sdpa_probe_mb_fma(int32_t n_threads, int64_t iters_per_thread, int64_t reps,
+                      sdpa_probe_mb_result *out) {
+  if (out == NULL || reps < 1 || reps > SDPA_PROBE_MB_MAX_REPS) return SDPA_PROBE_MB_EINVAL;
+  if (iters_per_thread < MB_FMA_TASKS_PER_THREAD || iters_per_thread > ((int64_t)1 << 40))
+    return SDPA_PROBE_MB_EINVAL;
+  memset(out, 0, sizeof *out);
+  int nt = resolve_threads(n_threads);
+  fma_ctx *c = sdpa_probe_malloc((int64_t)sizeof *c);
+  if (c == NULL) return SDPA_PROBE_MB_ENOMEM;
+  memset(c, 0, sizeof *c);
+  c->iters = iters_per_thread / MB_FMA_TASKS_PER_THREAD;
+  /* fixed point add / (1 - mul) = 1: values stay normal, never denormal or inf */
+  c->init = 0.5f;
+  c->step = 1.0f / 64.0f;
+  c->mul = 0.999f;
+  c->add = 0.001f;
+  int64_t n_tasks = (int64_t)nt * MB_FMA_TASKS_PER_THREAD;
+  double times[SDPA_PROBE_MB_MAX_REPS];
+  double t_start = now_seconds();
+  sdpa_probe_parallel_for(nt, n_tasks, fma_task, c); /* warm-up: pool, clocks, vector unit */
+  for (int64_t r = 0; r < reps; r++) {
+    double t0 = now_seconds();
+    sdpa_probe_parallel_for(nt, n_tasks, fma_task, c);
+    times[r] = now_seconds() - t0;
+  }
+  double total = now_seconds() - t_start;
+  double sink = 0;
+  for (int i = 0; i < SDPA_PROBE_MAX_THREADS; i++) sink += c->sink[i].v;
+  g_mb_sink = sink;
+  double flops = (double)n_tasks * (double)c->iters * MB_CHAINS * MB_LANES * 2.0;
+  sdpa_probe_free(c);
+  summarise(times, reps, flops, total, nt, out);
+  return SDPA_PROBE_MB_OK;
+}
+
+int sdpa_probe_mb_fma_config(int32_t *chains, int32_t *lanes, int32_t *fused) {
+  if (chains) *chains = MB_CHAINS;
+  if (lanes) *lanes = MB_LANES;
+  if (fused) *fused = MB_FUSED;
+  return SDPA_PROBE_MB_OK;
+}

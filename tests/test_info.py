@@ -1,0 +1,170 @@
+"""`probe info`: machine description, measured roofline, its cache.
+
+No timed assertions: the machine is shared and noisy. Only sanity ranges and
+one generous ratio (all threads vs one thread of FMA).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from sdpa_probe import machine
+from sdpa_probe.cli import app
+
+runner = CliRunner()
+
+
+def _info(*args: str) -> dict:
+    res = runner.invoke(app, ["info", "--json", *args])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """One measured `probe info --json` into an empty private cache (once per module:
+    the native build cache stays where it is)."""
+    d = tmp_path_factory.mktemp("roofline")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(machine, "roofline_dir", lambda: d)
+        doc = _info()
+    return d, doc
+
+
+@pytest.fixture
+def roof_dir(tmp_path, monkeypatch, measured):
+    """A private roofline cache holding the module's measurement."""
+    d = tmp_path / "roofline"
+    shutil.copytree(measured[0], d)
+    monkeypatch.setattr(machine, "roofline_dir", lambda: d)
+    return d
+
+
+@pytest.fixture
+def first(roof_dir, measured):
+    return measured[1]
+
+
+def test_json_structure(first):
+    assert set(first) == {"machine", "roofline"}
+    m, r = first["machine"], first["roofline"]
+    for key in ("cpu_model", "arch", "isa", "logical_cores", "caches", "os", "compiler",
+                "numpy", "torch", "default_threads"):
+        assert key in m, key
+    assert m["logical_cores"] >= 1 and m["default_threads"] >= 1
+    assert set(m["caches"]) >= {"l1d_bytes", "l2_bytes", "l3_bytes"}
+    assert all(isinstance(v, bool) for v in m["isa"].values())
+    assert m["compiler"]["flags"] and m["compiler"]["version"]
+    assert m["numpy"]
+    for key in machine.ROOFLINE_KEYS:
+        assert isinstance(r[key], (int, float)), key
+    assert r["cached"] is False
+    assert r["threads_all"] == m["default_threads"]
+
+
+def test_sane_ranges(first):
+    r = first["roofline"]
+    assert 0.1 < r["read_bw_gbs_1t"] < 5000
+    assert 0.1 < r["read_bw_gbs_all"] < 5000
+    assert 0.1 < r["l2_read_bw_gbs"] < 50000
+    assert 0.1 < r["fma_gflops_1t"] < 100000
+    # all threads should not be slower than one, give or take a noisy neighbour
+    assert r["fma_gflops_all"] >= 0.6 * r["fma_gflops_1t"]
+    assert r["ridge_flops_per_byte_all"] > 0
+    d = r["details"]
+    assert set(d) == set(machine.ROOFLINE_KEYS)
+    for key, item in d.items():
+        assert item["best"] >= item["median"] >= item["worst"] > 0, key
+        assert item["reps"] >= 1
+        assert len(item["round_bests"]) == r["plan"]["rounds"]
+        assert max(item["round_bests"]) == item["best"]
+    load = r["load"]
+    assert isinstance(load["busy"], bool)
+    if load["other_cpu_fraction"] is not None:
+        assert 0 <= load["other_cpu_fraction"] <= 1.5
+    assert d["read_bw_gbs_1t"]["threads"] == 1
+    assert d["fma_gflops_all"]["threads"] == r["threads_all"]
+    # the DRAM buffer is much larger than the L3, the L2 one fits the L2
+    l3 = first["machine"]["caches"]["l3_bytes"]
+    if l3:
+        assert r["plan"]["dram_buffer_bytes"] >= 4 * l3 or r["plan"]["dram_buffer_bytes"] >= 2**28
+    l2 = first["machine"]["caches"]["l2_bytes"]
+    if l2:
+        assert r["plan"]["l2_buffer_bytes"] <= l2
+
+
+def test_second_call_is_cached(first, roof_dir, monkeypatch):
+    def no_measure(*a, **kw):
+        raise AssertionError("measured again although cached")
+
+    monkeypatch.setattr(machine, "measure", no_measure)
+    second = _info()
+    r1, r2 = first["roofline"], second["roofline"]
+    assert r2["cached"] is True
+    for key in (*machine.ROOFLINE_KEYS, "measured_at", "module"):
+        assert r2[key] == r1[key], key
+    assert list(roof_dir.glob("roofline_*.json")) != []
+    # the module API other commands use sees the same numbers
+    api = machine.roofline()
+    assert api["cached"] is True and api["fma_gflops_1t"] == r1["fma_gflops_1t"]
+
+
+def test_refresh_measures_again(first, monkeypatch):
+    calls = []
+    real = machine.measure
+
+    def counting(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(machine, "measure", counting)
+    again = _info("--refresh")
+    assert calls == [1]
+    assert again["roofline"]["cached"] is False
+    # the refreshed values replace the cache
+    after = _info()
+    assert after["roofline"]["cached"] is True
+    assert after["roofline"]["measured_at"] == again["roofline"]["measured_at"]
+    assert calls == [1]
+
+
+def test_corrupt_cache_is_remeasured(first, roof_dir):
+    (path,) = roof_dir.glob("roofline_*.json")
+    path.write_text("{not json")
+    again = _info()
+    assert again["roofline"]["cached"] is False
+    assert json.loads(path.read_text())["fma_gflops_1t"] == again["roofline"]["fma_gflops_1t"]
+
+
+def test_human_output(first):
+    res = runner.invoke(app, ["info"])
+    assert res.exit_code == 0, res.output
+    text = res.stdout
+    for word in ("machine", "roofline", "DRAM read", "L2 read", "F32 FMA", "GB/s", "GFLOP/s",
+                 first["machine"]["cpu_model"]):
+        assert word in text, word
+    assert "cached" in text
+
+
+def test_parsers():
+    assert machine._parse_size("32K") == 32768
+    assert machine._parse_size("8192K") == 8 << 20
+    assert machine._parse_size("1M") == 1 << 20
+    assert machine._parse_size("bogus") is None
+    assert machine._count_cpu_list("0-1") == 2
+    assert machine._count_cpu_list("0,2,4-7\n") == 6
+
+
+def test_busy_measurement_warns(first, roof_dir):
+    (path,) = roof_dir.glob("roofline_*.json")
+    data = json.loads(path.read_text())
+    data["load"] = {"other_cpu_fraction": 0.5, "steal_fraction": 0.0, "busy": True}
+    path.write_text(json.dumps(data))
+    res = runner.invoke(app, ["info", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["roofline"]["load"]["busy"] is True
+    assert "busy" in res.stderr
