@@ -42,7 +42,7 @@ def command(*args, **kwargs):
 def _register() -> None:
     # imported for their @command side effects
     from . import build_cmd, kernels_cmd  # noqa: F401
-    for optional in ("info_cmd", "check_cmd", "sizing_cmd", "profile_cmd", "bench_cmd",
+    for optional in ("info_cmd", "check_cmd", "run_cmd", "sizing_cmd", "profile_cmd", "bench_cmd",
                      "golden_cmd"):
         try:
             __import__(f"{__name__}.{optional}")

@@ -1,0 +1,102 @@
+"""`probe run`: one kernel, one shape of your choosing, checked and timed."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import typer
+from rich.table import Table
+
+from .. import native
+from ..cases import DTYPES, Case
+from ..errors import ProbeError
+from ..harness import WorkerPool, prepare_case
+from . import command
+from .output import Output
+
+
+def shape_case(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
+               dtype: str, causal: bool, start_pos: int, threads: int, seed: int) -> Case:
+    """A Case from command-line sizes, with one-line errors for impossible ones."""
+    for name, val, lo in (("--batch", batch, 1), ("--heads", heads, 1), ("--kv-heads", kv_heads, 1),
+                          ("--q-len", q_len, 1), ("--kv-len", kv_len, 0),
+                          ("--head-dim", head_dim, 1), ("--start-pos", start_pos, 0),
+                          ("--threads", threads, 0)):
+        if val < lo:
+            raise ProbeError(f"{name} must be >= {lo}, got {val}")
+    if heads % kv_heads:
+        raise ProbeError(f"--heads {heads} is not a multiple of --kv-heads {kv_heads}")
+    if dtype not in DTYPES:
+        raise ProbeError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+    elems = batch * (q_len * heads * 2 + kv_len * kv_heads * 2) * head_dim
+    if elems * 8 * 3 > 8 << 30:  # float64 oracle copies
+        raise ProbeError(f"shape too large to check here: ~{elems * 24 / 2**30:.1f} GiB needed")
+    return Case("run", batch=batch, n_heads=heads, n_kv_heads=kv_heads, q_len=q_len,
+                kv_len=kv_len, head_dim=head_dim, dtype=dtype, causal=causal,
+                start_pos=start_pos, n_threads=threads, seed=seed)
+
+
+@command("run")
+def run_command(
+    kernel: str = typer.Argument("flash", help="A kernel from `probe kernels`."),
+    user_kernel: str = typer.Option(None, "--kernel", help="Run your .c/.so kernel instead."),
+    batch: int = typer.Option(1, "--batch"),
+    heads: int = typer.Option(32, "--heads"),
+    kv_heads: int = typer.Option(8, "--kv-heads"),
+    q_len: int = typer.Option(1, "--q-len"),
+    kv_len: int = typer.Option(2048, "--kv-len"),
+    head_dim: int = typer.Option(64, "--head-dim"),
+    dtype: str = typer.Option("f32", "--dtype", help="f32, f16, bf16 or i8."),
+    causal: bool = typer.Option(False, "--causal/--no-causal"),
+    start_pos: int = typer.Option(0, "--start-pos"),
+    threads: int = typer.Option(0, "--threads", help="0: one per CPU."),
+    repeat: int = typer.Option(20, "--repeat", min=1, help="Timed calls after a warm-up."),
+    seed: int = typer.Option(0, "--seed"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Run one kernel on one shape: check it against the oracle (in a worker process,
+    so a crash is reported) and time it."""
+    out = Output(json_out)
+    if user_kernel:
+        native.load_user_kernel(user_kernel)
+        name = f"user:{user_kernel}"
+    else:
+        native.get_kernel(kernel)
+        name = kernel
+    case = shape_case(batch, heads, kv_heads, q_len, kv_len, head_dim, dtype, causal,
+                      start_pos, threads, seed)
+    records: list[dict] = []
+    WorkerPool(jobs=1, timeout=120).run([(case, [name])], records.append)
+    rec = records[0]
+    times: list[float] = []
+    if rec["status"] == "pass":
+        from ..backends import make_backend
+        from ..inputs import out_buffer
+
+        backend = make_backend(name)
+        prep = prepare_case(case)
+        buf = out_buffer(case)
+        call = backend.prepare(prep.data, buf)
+        backend.run(prep.data, buf, call)
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            backend.run(prep.data, buf, call)
+            times.append(time.perf_counter() - t0)
+    result = dict(rec, params=case.params(), flops=case.flops, bytes=case.bytes)
+    if times:
+        med = statistics.median(times)
+        result.update(median_us=med * 1e6, gb_s=case.bytes / med / 1e9,
+                      gflop_s=case.flops / med / 1e9)
+    if json_out:
+        out.emit_json(result)
+    else:
+        t = Table(show_header=False, box=None, title=f"{name} on {case.id}", title_justify="left")
+        t.add_row("status", rec["status"] + (f" - {rec['reason']}" if rec["reason"] else ""))
+        if rec["max_abs_err"] is not None:
+            t.add_row("max abs err", f"{rec['max_abs_err']:.3e} (tol {rec['atol']:.1e})")
+        if times:
+            rate = f"{result['gb_s']:.1f} GB/s, {result['gflop_s']:.1f} GFLOP/s"
+            t.add_row("median time", f"{result['median_us']:.1f} us over {repeat} calls ({rate})")
+        out.print(t)
+    raise typer.Exit(0 if rec["status"] in ("pass", "unsupported") else 1)

@@ -1,0 +1,66 @@
+"""CliRunner tests for `probe build`, `probe kernels`, `probe run` and the help texts."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from sdpa_probe.cli import app
+
+runner = CliRunner()
+
+
+def test_help_lists_commands():
+    res = runner.invoke(app, ["--help"])
+    assert res.exit_code == 0
+    for cmd in ("build", "kernels", "check", "run"):
+        assert cmd in res.output
+
+
+@pytest.mark.parametrize("cmd", ["build", "kernels", "check", "run"])
+def test_subcommand_help(cmd):
+    res = runner.invoke(app, [cmd, "--help"])
+    assert res.exit_code == 0 and "Usage" in res.output
+
+
+def test_kernels_json_lists_the_kernel_set():
+    res = runner.invoke(app, ["kernels", "--json"])
+    assert res.exit_code == 0
+    names = [k["name"] for k in json.loads(res.stdout)["kernels"]]
+    for n in ("decomposed", "flash", "flash_maskskip", "quant_int8", "quant_int8_alloc"):
+        assert n in names
+
+
+def test_build_json_reports_module():
+    res = runner.invoke(app, ["build", "--json"])
+    assert res.exit_code == 0
+    doc = json.loads(res.stdout)
+    assert doc["path"].endswith(".so") and "-O3" in doc["flags"]
+
+
+def test_build_bad_compiler_is_one_line():
+    res = runner.invoke(app, ["build", "--cc", "/nonexistent/cc", "--force"])
+    assert res.exit_code == 2
+    assert res.output.strip().startswith("error:") and len(res.output.strip().splitlines()) == 1
+
+
+def test_run_checks_and_times_one_shape():
+    res = runner.invoke(app, ["run", "flash", "--heads", "8", "--kv-heads", "2", "--kv-len", "300",
+                              "--q-len", "3", "--causal", "--start-pos", "297", "--repeat", "2",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["status"] == "pass" and doc["median_us"] > 0 and doc["bytes"] > 0
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["run", "nosuch"], "unknown kernel"),
+    (["run", "--heads", "6", "--kv-heads", "4"], "not a multiple"),
+    (["run", "--kv-len", "-1"], "--kv-len must be >= 0"),
+    (["run", "--head-dim", "0"], "--head-dim must be >= 1"),
+    (["run", "--dtype", "f64"], "unknown dtype"),
+])
+def test_run_bad_input(argv, msg):
+    res = runner.invoke(app, argv)
+    assert res.exit_code == 2
+    assert msg in res.output and "Traceback" not in res.output
