@@ -685,3 +685,98 @@ def evaluate(wl: Workload, policies: list[str] | None = None, *, kernel: str = "
     return SizingReport(wl, sim.kernel.name, shape, minimum,
                         closed_form_minimum(wl.window, wl.sink, wl.chunk, wl.context), results,
                         wl.horizon, len(sim.schedules), sim.calls, time.perf_counter() - t0)
+
+
+# ---- the suite (probe check --suite cache-sizing) -------------------------------------
+
+SUITE_WORKLOADS = (Workload(16, 24), Workload(16, 24, sink=4), Workload(16, 24, sink=4, context=40))
+# (window, sink, chunk, context) whose simulated minimum must equal the closed form
+SUITE_GRID = tuple((w, s, c, n) for w in (1, 3, 8) for s in (0, 2) for c in (1, 4, 9)
+                   for n in ((None, 12) if c == 9 else (None,)))
+
+
+def expected_verdict(size: int, wl: Workload) -> str:
+    """What the closed form predicts for a cache of `size` slots."""
+    cf = closed_form_minimum(wl.window, wl.sink, wl.chunk, wl.context)
+    if size < cf:
+        return "undersized"
+    if wl.context is not None and size > wl.context:
+        return "exceeds-full-context"
+    return "exact" if size == cf else "oversized"
+
+
+def _suite_case(case: str, ok: bool, reason: str, err: float | None, t0: float) -> dict:
+    return {"case": case, "status": "pass" if ok else "fail", "reason": reason,
+            "max_abs_err": err, "seconds": time.perf_counter() - t0}
+
+
+def _workload_cases(wl: Workload, kernel_name: str) -> list[dict]:
+    cases = []
+    t0 = time.perf_counter()
+    sim = Simulator(wl, kernel_name)
+    cf = closed_form_minimum(wl.window, wl.sink, wl.chunk, wl.context)
+    m = sim.minimum()
+    res = sim.run(m)
+    cases.append(_suite_case(
+        f"{wl.id}-minimum", m == cf and res.exact,
+        f"simulated minimum {m} slots, closed form min(N, S + W + C - 1) = {cf}",
+        res.max_err, t0))
+    sizes: dict[int, list[str]] = {}
+    for pol in POLICIES.values():
+        sizes.setdefault(policy_size(pol, wl, sim), []).append(pol.name)
+    sizes.setdefault(m - 1, []).append("minimum - 1")
+    if wl.context is None:
+        sizes.setdefault(wl.horizon, []).append("no eviction (a slot per simulated position)")
+    else:
+        sizes.setdefault(wl.context, []).append("full-context cache")
+    shape = KVShape()
+    for size in sorted(sizes):
+        t0 = time.perf_counter()
+        if size < 1:
+            continue
+        r = sim.run(size)
+        got = judge(size, r, m, wl, shape, Policy("/".join(sizes[size]), None, "")).verdict
+        want = expected_verdict(size, wl)
+        ok = got == want and r.agree
+        reason = f"{', '.join(sizes[size])}: {got}"
+        if not r.exact:
+            reason += (f" (wrong at position {r.position} under {r.schedule}; the slot map "
+                       f"first misses a key at {r.missing_position})")
+        if got != want:
+            reason += f"; the closed form predicts {want}"
+        if not r.agree:
+            reason += "; outputs and slot map disagree"
+        cases.append(_suite_case(f"{wl.id}-size{size}", ok, reason, r.max_err, t0))
+    return cases
+
+
+def _grid_case(kernel_name: str) -> dict:
+    t0 = time.perf_counter()
+    bad, err = [], 0.0
+    for w, s, c, n in SUITE_GRID:
+        wl = Workload(w, c, sink=s, context=n)
+        sim = Simulator(wl, kernel_name)
+        m = sim.minimum()
+        cf = closed_form_minimum(w, s, c, n)
+        below = sim.run(m - 1) if m > 1 else None
+        err = max(err, sim.run(m).max_err)
+        if m != cf or (below is not None and (below.exact or not below.agree)):
+            bad.append(f"{wl.id}: simulated {m}, closed form {cf}")
+    reason = (f"{len(SUITE_GRID)} (window, sink, chunk, context) workloads: simulated minimum "
+              "== min(N, S + W + C - 1), and one slot less is wrong" if not bad
+              else "; ".join(bad))
+    return _suite_case("closed-form-grid", not bad, reason, err, t0)
+
+
+def run_suite(kernel_name: str = "flash") -> list[dict]:
+    """`probe check --suite cache-sizing`: ring and sink caches sized by simulation through
+    `kernel_name`, the closed form over a grid, then seed 000's arithmetic (align_up, every
+    kernel's per-thread scratch under the guarded allocator)."""
+    from . import scratch_sizing
+
+    cases: list[dict] = []
+    for wl in SUITE_WORKLOADS:
+        cases += _workload_cases(wl, kernel_name)
+    cases.append(_grid_case(kernel_name))
+    cases += scratch_sizing.run_suite()
+    return cases
