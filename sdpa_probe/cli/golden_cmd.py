@@ -1,0 +1,218 @@
+"""`probe golden regen | verify | diff`: versioned float64 references that tests
+and `probe check --golden` use without recomputing the oracle (docs/golden.md)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .. import golden as g
+from ..errors import ProbeError
+from . import app
+from .output import Output
+
+golden_app = typer.Typer(
+    name="golden",
+    help="Golden data: stored float64 references for tests and `probe check --golden`.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+app.add_typer(golden_app, name="golden")
+
+DIR_HELP = "The golden directory (default: $SDPA_PROBE_GOLDEN or the checkout's golden/)."
+DRIFT_HELP = ("A reference counts as changed when an element moves by more than this fraction "
+              "of the case's tolerance (atol + rtol*|ref|).")
+STATUS_STYLE = {"same": "green", "within": "green", "new": "cyan", "changed": "bold red",
+                "only-this": "yellow", "only-other": "yellow", "unreadable": "bold red"}
+
+
+def _command(name: str):
+    """golden_app.command plus the error policy of cli.command: a ProbeError is one
+    line on stderr and exit 2, never a traceback."""
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(*a, **kw):
+            try:
+                return fn(*a, **kw)
+            except ProbeError as exc:
+                typer.echo(f"error: {exc}", err=True)
+                raise typer.Exit(exc.exit_code) from None
+            except KeyboardInterrupt:
+                typer.echo("interrupted", err=True)
+                raise typer.Exit(130) from None
+
+        return golden_app.command(name)(run)
+
+    return wrap
+
+
+def _progress(out: Output, title: str) -> Progress:
+    return Progress(TextColumn(f"[bold]{title}[/]"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[last]}"), TimeElapsedColumn(), console=out.err,
+                    transient=True)
+
+
+def _fmt(x, spec=".3g") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _print_rows(out: Output, title: str, rows: list[dict]) -> None:
+    """One line per case (status, id, how far it moved), then its reasons indented."""
+    out.print(f"[bold]{title}[/]")
+    for r in rows:
+        st = r["status"]
+        line = f"[{STATUS_STYLE.get(st, '')}]{st:>10}[/]  {r['case']}"
+        if r.get("max_abs_delta") is not None and st in ("same", "within", "changed"):
+            line += (f"  max |delta| {_fmt(r['max_abs_delta'])} "
+                     f"({_fmt(r.get('tol_fraction'))} x tolerance)")
+        if "torch_err_old" in r and r["torch_err_old"] != r["torch_err_new"]:
+            line += f"  torch_err {_fmt(r['torch_err_old'])} -> {_fmt(r['torch_err_new'])}"
+        out.print(line, highlight=False)
+        for why in r.get("reasons", []):
+            out.print(f"{'':12}{why}", markup=False, highlight=False)
+
+
+@_command("regen")
+def regen_command(
+    cases: list[str] = typer.Option(None, "--cases", help="Only these case ids, or ids "
+                                    "containing this (repeatable, comma separated; any case of "
+                                    "the full matrix). The other stored cases are kept."),
+    suite_name: str = typer.Option(g.DEFAULT_SUITE, "--suite", help="Without --cases: the "
+                                   "golden set is exactly this suite (smoke | default | full)."),
+    directory: Path = typer.Option(None, "--dir", help=DIR_HELP),
+    accept: bool = typer.Option(False, "--accept", help="Write even though references changed "
+                                "beyond tolerance, or stored cases would be removed."),
+    drift: float = typer.Option(g.DRIFT_FRACTION, "--drift", min=0.0, help=DRIFT_HELP),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Compute and compare; write nothing."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Regenerate the golden references (deterministically: same inputs, same bytes).
+
+    Refuses to overwrite a reference that moved beyond tolerance unless --accept.
+    Exit code 0: written (or nothing to change); 1: changes found and not accepted
+    (nothing written); 2: usage error."""
+    out = Output(json_out)
+    root = directory if directory is not None else g.default_dir()
+    selected = g.select_cases(cases, suite_name)
+    with _progress(out, "golden regen") as prog:
+        task = prog.add_task("regen", total=len(selected), last="")
+
+        def step(case):
+            prog.update(task, advance=1, last=case.id)
+
+        plan = g.plan_regen(root, selected, prune=not cases,
+                            suite_name=None if cases else suite_name, drift=drift,
+                            progress=step)
+    refuse = bool(plan.blocking) and not accept
+    if not refuse and not dry_run:
+        g.write_plan(plan)
+    doc = plan.as_dict()
+    doc["accepted"] = bool(plan.blocking) and accept and not dry_run
+    if json_out:
+        out.emit_json(doc)
+    else:
+        shown = [r for r in plan.rows if r["status"] in ("changed", "within")]
+        if shown:
+            _print_rows(out, "references that moved (delta = new - stored):", shown)
+        counts = ", ".join(f"{n} {s}" for s, n in doc["counts"].items())
+        old_v = (plan.old_manifest or {}).get("versions") or {}
+        if old_v and old_v != plan.new_manifest["versions"]:
+            out.print("versions: " + ", ".join(
+                f"{k} {old_v.get(k)} -> {v}" for k, v in plan.new_manifest["versions"].items()
+                if old_v.get(k) != v))
+        if plan.removed:
+            out.print(f"removed from the set: {', '.join(plan.removed)}")
+        if refuse:
+            for b in plan.blocking:
+                if not any(b.startswith(f"{r['case']}: ") for r in plan.rows):
+                    out.print(f"[red]{b}[/]")
+            out.print(f"[bold red]refusing to overwrite {g._show(root)}[/]: "
+                      f"{len(plan.blocking)} change(s) beyond tolerance ({counts}); review them, "
+                      f"then rerun with --accept to write")
+        elif dry_run:
+            out.print(f"dry run: {len(plan.entries)} cases ({counts}); nothing written")
+        else:
+            size = sum(len(e.to_bytes()) for e in plan.entries)
+            out.print(f"golden data in {g._show(root)}: {len(plan.entries)} cases ({counts}), "
+                      f"{size / 2**20:.2f} MiB" + (" [yellow](changes accepted)[/]"
+                                                   if doc["accepted"] else ""))
+    raise typer.Exit(1 if refuse else 0)
+
+
+@_command("verify")
+def verify_command(
+    directory: Path = typer.Option(None, "--dir", help=DIR_HELP),
+    inputs: bool = typer.Option(True, "--inputs/--no-inputs",
+                                help="Also regenerate each case's inputs from its seed and "
+                                     "check them against their recorded sha256."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Check the manifest's schema and every file's size and sha256 (and the inputs).
+
+    Exit code 0: intact; 1: a file is missing, truncated or corrupted, or the inputs or
+    semantics drifted."""
+    out = Output(json_out)
+    root = directory if directory is not None else g.default_dir()
+    with _progress(out, "golden verify") as prog:
+        task = prog.add_task("verify", total=None, last="")
+        res = g.verify(root, check_inputs=inputs,
+                       progress=lambda cid: prog.update(task, advance=1, last=cid))
+    if json_out:
+        out.emit_json(res.as_dict())
+    else:
+        for note in res.notes:
+            out.note(f"note: {note}")
+        if res.problems:
+            for p in res.problems:
+                out.print(f"[red]{p.kind:>10}[/]  {p.message}", markup=True, highlight=False)
+            out.print(f"[bold red]{len(res.problems)} problem(s)[/] in {g._show(root)}; "
+                      f"regenerate with probe golden regen (see docs/golden.md)")
+        else:
+            v = (res.manifest or {}).get("versions", {})
+            out.print(f"[green]ok[/]: {g._show(root)} holds {res.n_cases} intact cases "
+                      f"(torch {v.get('torch')}, numpy {v.get('numpy')})"
+                      + ("" if inputs else "; inputs not checked"))
+    raise typer.Exit(0 if res.ok else 1)
+
+
+@_command("diff")
+def diff_command(
+    other: Path = typer.Argument(..., help="The other golden directory (e.g. regenerated "
+                                           "under a new torch with regen --dir)."),
+    directory: Path = typer.Option(None, "--dir", help=DIR_HELP),
+    drift: float = typer.Option(g.DRIFT_FRACTION, "--drift", min=0.0, help=DRIFT_HELP),
+    show_all: bool = typer.Option(False, "--all", help="List every case, not only those "
+                                                       "that differ."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Compare two golden sets case by case (delta = OTHER - this).
+
+    Exit code 0: the same within tolerance; 1: they differ (a case changed, is missing
+    on one side or unreadable, or the semantics differ)."""
+    out = Output(json_out)
+    root = directory if directory is not None else g.default_dir()
+    doc = g.diff_sets(root, other, drift)
+    if json_out:
+        out.emit_json(doc)
+        raise typer.Exit(1 if doc["differs"] else 0)
+    for key in ("versions", "semantics", "generator"):
+        for k, v in doc[key].items():
+            style = "red" if key == "semantics" else "dim"
+            out.print(f"[{style}]{key}.{k}: {v['this']} (this) -> {v['other']} (other)[/]")
+    rows = doc["rows"] if show_all else [r for r in doc["rows"]
+                                         if r["status"] not in ("same", "within")
+                                         or r.get("tol_fraction", 0) > 0]
+    if rows:
+        _print_rows(out, f"golden diff: {g._show(root)} (this) vs {g._show(other)} (other), "
+                         f"delta = other - this:", rows)
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(doc["counts"].items()))
+    verdict = "[bold red]differ[/]" if doc["differs"] else "[green]agree within tolerance[/]"
+    out.print(f"{len(doc['rows'])} cases: {counts}; the sets {verdict} "
+              f"(drift threshold {drift:g} x tolerance)")
+    raise typer.Exit(1 if doc["differs"] else 0)
