@@ -46,12 +46,21 @@ class Prepared:
     torch_err: float | None
 
 
-def prepare_case(case: Case) -> Prepared:
-    from .backends import torch_error
+def prepare_case(case: Case, golden=None) -> Prepared:
+    """Inputs from the case's seed, plus the float64 reference and torch's own error:
+    computed live, or with `golden` (a golden directory) read from the stored golden
+    data, with no oracle or torch SDPA call (GoldenError if the case is not stored)."""
     from .inputs import materialise
-    from .reference import sdpa_reference
 
     data = materialise(case)
+    if golden is not None:
+        from .golden import store
+
+        ref, terr = store(golden).reference(case, data)
+        return Prepared(data, ref, terr)
+    from .backends import torch_error
+    from .reference import sdpa_reference
+
     ref = sdpa_reference(data.q, data.k, data.v, mask=data.mask_t, is_causal=case.causal,
                          start_pos=case.start_pos, scale=case.scale).numpy()
     return Prepared(data, ref, torch_error(data, ref))
@@ -118,7 +127,7 @@ def _worker_main(conn, setup: dict) -> None:
         params, names = msg
         case = Case(**params)
         try:
-            prep = prepare_case(case)
+            prep = prepare_case(case, golden=setup.get("golden"))
         except Exception:
             err = traceback.format_exc(limit=3).strip().splitlines()[-1]
             for name in names:

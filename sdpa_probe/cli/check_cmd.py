@@ -154,6 +154,12 @@ def check_command(
     save: Path = typer.Option(None, "--save", help="With --repro: write inputs, reference and "
                                                    "a torch-only script to this directory."),
     force: bool = typer.Option(False, "--force", help="With --save: overwrite existing files."),
+    golden: bool = typer.Option(False, "--golden",
+                                help="Check against the stored golden references (probe golden) "
+                                     "instead of recomputing the oracle."),
+    golden_dir: Path = typer.Option(None, "--golden-dir",
+                                    help="The golden directory (implies --golden; default: "
+                                         "$SDPA_PROBE_GOLDEN or the checkout's golden/)."),
 ) -> None:
     """Check SDPA kernels against a float64 torch oracle on a matrix of edge cases.
 
@@ -165,6 +171,10 @@ def check_command(
                          f"{', '.join(list(SUITES) + list(EXTRA_SUITES))}")
     if save is not None and repro is None:
         raise ProbeError("--save needs --repro CASE_ID")
+    if golden_dir is not None:
+        golden = True
+    if golden and repro is not None:
+        raise ProbeError("--repro recomputes the reference live; drop --golden")
     names = _resolve_backends(backend, kernel, out)
     if repro is not None:
         from .repro import run_repro
@@ -178,6 +188,14 @@ def check_command(
         raise ProbeError("no case matches the filters")
     if not names:
         raise ProbeError("no backend to check")
+    golden_store = None
+    if golden:
+        from ..golden import default_dir, store
+
+        if suite_name in EXTRA_SUITES:
+            raise ProbeError(f"the {suite_name} suite has no golden references; drop --golden")
+        golden_store = store(golden_dir if golden_dir is not None else default_dir())
+        golden_store.require(cases)  # every case stored and intact, else one line
 
     records: list[dict] = []
     t0 = time.perf_counter()
@@ -195,9 +213,11 @@ def check_command(
 
         if cases:
             setup = {"build": dict(native._build_opts)}
+            if golden_store is not None:
+                setup["golden"] = str(golden_store.root.resolve())
             pool = WorkerPool(jobs=jobs, timeout=timeout, setup=setup)
             pool.run([(c, names) for c in cases], on_record)
-        if suite_name in EXTRA_SUITES or suite_name == "default":
+        if suite_name in EXTRA_SUITES or (suite_name == "default" and golden_store is None):
             records += _cache_sizing_records(names, out)
     seconds = time.perf_counter() - t0
 
@@ -205,6 +225,10 @@ def check_command(
     records.sort(key=lambda r: (names.index(r["backend"]) if r["backend"] in names else 99,
                                 order.get(r["case"], 1 << 30)))
     doc = check_document(records, suite=suite_name, seconds=seconds, backends=names, seed=seed)
+    if golden_store is not None:
+        m = golden_store.manifest
+        doc["reference"] = {"source": "golden", "dir": str(golden_store.root),
+                            "versions": m["versions"], "generator": m["generator"]}
     if json_path:
         out.write_json(json_path, doc)
     if junit:
@@ -217,6 +241,11 @@ def check_command(
         parts = [f"[{STATUS_STYLE[k_]}]{s[k_]} {k_}[/]" for k_ in STATUS_STYLE if s[k_]]
         out.print(f"{s['total']} checks ({len(cases)} cases x {len(names)} backends) in "
                   f"{seconds:.1f} s: " + ", ".join(parts))
+        if golden_store is not None:
+            skipped = ("; the cache-sizing suite, which has no golden data, was not run"
+                       if suite_name == "default" else "")
+            out.print(f"[dim]references: golden data in {golden_store.root} (made with torch "
+                      f"{golden_store.manifest['versions'].get('torch')}){skipped}[/]")
     raise typer.Exit(exit_code(records))
 
 
