@@ -91,20 +91,17 @@ class Case:
 # ---- tolerances ----------------------------------------------------------------
 # err_i <= atol + rtol * |ref_i| elementwise. The atol grows slowly with the
 # reduction length (rounding of a sum of kv_len terms grows like sqrt(kv_len)).
-# For low-precision storage the bound is also at least `TORCH_MULT` times
-# torch's own error on the same stored inputs (see verdict.py).
+# Where torch runs the case, atol is also at least TORCH_MULT times torch's own
+# max abs error on the same stored inputs (see verdict.py): cases whose
+# conditioning amplifies rounding (large logits, an explicit scale, low
+# precision) get the slack torch itself needs, and no more.
 BASE_TOL = {"f32": (2e-6, 2e-5), "i8": (2e-6, 2e-5), "f16": (4e-4, 1e-3), "bf16": (3e-3, 8e-3)}
 TORCH_MULT = 3.0
 
 
 def tolerance(case: Case) -> tuple[float, float]:
     atol, rtol = BASE_TOL[case.dtype]
-    growth = math.sqrt(max(1.0, case.kv_len / 64.0))
-    # logits of magnitude M carry absolute rounding error ~ M * eps(f32)
-    mag = max(1.0, case.magnitude ** 2)
-    if case.scale > 0:
-        mag *= max(1.0, case.scale * math.sqrt(case.head_dim))
-    return atol * growth * mag, rtol
+    return atol * math.sqrt(max(1.0, case.kv_len / 64.0)), rtol
 
 
 # ---- suites --------------------------------------------------------------------
@@ -175,6 +172,9 @@ def _default() -> list[Case]:
     cs.append(Case("sink", q_len=6, kv_len=260, mask="sink:4:128", n_heads=4, n_kv_heads=2))
     # logit magnitudes and explicit scale
     cs.append(Case("logits", q_len=3, kv_len=130, magnitude=10.0, n_heads=4, n_kv_heads=2))
+    cs.append(Case("logits", q_len=3, kv_len=130, magnitude=100.0, n_heads=4, n_kv_heads=2))
+    cs.append(Case("logits", q_len=3, kv_len=130, magnitude=10.0, n_heads=4, n_kv_heads=2,
+                   dtype="f16"))
     cs.append(Case("logits", q_len=3, kv_len=130, magnitude=1e-3, n_heads=4, n_kv_heads=2))
     cs.append(Case("logits", q_len=3, kv_len=130, scale=0.5, n_heads=4, n_kv_heads=2))
     # storage dtypes

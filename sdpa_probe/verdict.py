@@ -51,7 +51,7 @@ def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None =
     vals = out.values()
     figs = error_figures(vals, ref)
     atol, rtol = tolerance(case)
-    if torch_err is not None and case.dtype in ("f16", "bf16"):
+    if torch_err is not None:
         atol = max(atol, TORCH_MULT * torch_err)
     common = dict(atol=atol, rtol=rtol, torch_err=torch_err, **figs)
 
