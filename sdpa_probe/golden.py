@@ -42,8 +42,8 @@ DEFAULT_SUITE = "default"
 # of the case's kernel tolerance (atol + rtol * |ref|): far below what could flip a
 # verdict, far above float64 rounding (~1e-16) between machines or torch builds.
 DRIFT_FRACTION = 0.01
-# torch's own error sets the atol of f16/bf16 cases (TORCH_MULT * torch_err); a
-# change of that effective atol by more than this fraction counts as a change.
+# torch's own error floors each case's atol (TORCH_MULT * torch_err, verdict.judge);
+# a change of that effective atol by more than this fraction counts as a change.
 TORCH_ERR_DRIFT = 0.10
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 _ARRAYS = ("ref", "torch_err")
@@ -260,7 +260,8 @@ def read_manifest(root: Path) -> tuple[dict | None, list[Problem]]:
     try:
         man = json.loads(text)
     except json.JSONDecodeError as exc:
-        kind = "truncated" if exc.pos >= len(text.rstrip()) else "corrupted"
+        # a manifest is one JSON object: text that stops before its closing brace was cut
+        kind = "corrupted" if text.rstrip().endswith("}") else "truncated"
         return None, [Problem(MANIFEST, kind, f"{_show(path)}: not valid JSON ({kind}: "
                                               f"{exc.msg} at line {exc.lineno})")]
     probs = []
@@ -491,10 +492,15 @@ def store(root: Path | str) -> GoldenStore:
 # ---- comparing ---------------------------------------------------------------------
 
 def _eff_atol(case: Case, terr: float | None) -> float:
+    """The atol verdict.judge applies: the case's, floored at TORCH_MULT x torch_err."""
     atol, _ = tolerance(case)
-    if terr is not None and case.dtype in ("f16", "bf16"):
+    if terr is not None:
         atol = max(atol, TORCH_MULT * terr)
     return atol
+
+
+def _g(x: float | None) -> str:
+    return "none" if x is None else f"{x:.3g}"
 
 
 def _at(idx) -> str:
@@ -553,14 +559,10 @@ def compare(case: Case, old_ref: np.ndarray, old_terr: float | None, old_inputs:
             reasons.append(f"{n_bad} elements moved by more than {drift:g} x tolerance: worst "
                            f"|delta| {delta[idx]:.3g} = {frac[idx]:.3g} x tolerance at "
                            f"{_at(idx)} (old {old_ref[idx]:.9g}, new {new_ref[idx]:.9g})")
-    if (old_terr is None) != (new_terr is None):
-        if case.dtype in ("f16", "bf16"):
-            reasons.append(f"torch_err {old_terr} -> {new_terr} (sets this case's atol)")
-    elif old_terr is not None and case.dtype in ("f16", "bf16"):
-        a0, a1 = _eff_atol(case, old_terr), _eff_atol(case, new_terr)
-        if abs(a1 - a0) > TORCH_ERR_DRIFT * a0:
-            reasons.append(f"torch_err {old_terr:.3g} -> {new_terr:.3g} moves this case's atol "
-                           f"{a0:.3g} -> {a1:.3g}")
+    a0, a1 = _eff_atol(case, old_terr), _eff_atol(case, new_terr)
+    if abs(a1 - a0) > TORCH_ERR_DRIFT * a0:
+        reasons.append(f"torch_err {_g(old_terr)} -> {_g(new_terr)} moves this case's atol "
+                       f"{a0:.3g} -> {a1:.3g}")
     if reasons:
         row["status"] = "changed"
     elif (delta > 0).any() or old_terr != new_terr:
