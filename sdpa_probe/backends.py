@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from . import native
-from .errors import ProbeError, SdpaInvalid, SdpaUnsupported
+from .errors import KernelError, ProbeError, SdpaInvalid, SdpaUnsupported
 from .inputs import CaseData, OutBuffer
 from .reference import bias_matrix
 
@@ -21,6 +21,10 @@ TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat
 
 class Unsupported(Exception):
     """The backend does not implement this case (not a failure)."""
+
+
+class Nondeterministic(KernelError):
+    """Two identical calls gave different bits: the op returned memory it never wrote."""
 
 
 def _write(out: OutBuffer, t: torch.Tensor) -> None:
@@ -129,13 +133,34 @@ class ExecutorchBackend:
             raise Unsupported("custom_sdpa cannot express q_len > kv_len without causal")
         with torch.no_grad():
             if c.dtype == "i8":
-                o = self._quantized(data, mask, is_causal, scale, start_pos)
+                def call():
+                    return self._quantized(data, mask, is_causal, scale, start_pos)
             else:
                 if c.dtype not in TORCH_DTYPES:
                     raise Unsupported(c.dtype)
                 dt = TORCH_DTYPES[c.dtype]
                 q, k, v = (x.to(dt).contiguous() for x in (data.q, data.k, data.v))
-                o = torch.ops.llama.custom_sdpa(q, k, v, start_pos, mask, 0.0, is_causal, scale)
+
+                def call():
+                    return torch.ops.llama.custom_sdpa(q, k, v, start_pos, mask, 0.0, is_causal,
+                                                       scale)
+            o = call()
+            # the op allocates its output, so poison cannot show an unwritten element;
+            # a second identical call that disagrees beyond rounding can (threaded ops
+            # may differ in the last bits, which is not a bug)
+            o2 = call()
+            a, b = o.double(), o2.double()
+            gap = (a - b).abs()
+            gap = torch.where(torch.isnan(a) & torch.isnan(b), torch.zeros_like(gap), gap)
+            gap = gap.nan_to_num(nan=float("inf"))
+            bound = 1e-3 * (1.0 + float(a.abs().nan_to_num(nan=0.0, posinf=0.0).max()))
+            if bool((gap > bound).any()):
+                bad = gap > bound
+                idx = [int(x) for x in torch.nonzero(bad)[0]]
+                raise Nondeterministic(
+                    f"two identical calls disagree in {int(bad.sum())} of {bad.numel()} "
+                    f"elements, by up to {float(gap.max()):.3g}, first at b={idx[0]} q={idx[1]} "
+                    f"h={idx[2]} d={idx[3]} (output memory the op did not write)")
         _write(out, o)
 
     @staticmethod
@@ -185,6 +210,8 @@ def make_backend(spec: str):
 
 
 def describe_failure(exc: BaseException) -> str:
+    if isinstance(exc, Nondeterministic):
+        return str(exc)
     if isinstance(exc, SdpaInvalid):
         return "kernel returned SDPA_INVALID for valid arguments"
     if isinstance(exc, SdpaUnsupported):
