@@ -1,6 +1,7 @@
 """cffi declarations of the blocks part of the native library (see _cdefs.PARTS).
 
-Mirrors native/include/sdpa_probe_blocks.h (decode building blocks).
+Mirrors native/include/sdpa_probe_blocks.h (decode building blocks) and
+native/include/sdpa_probe_decode.h (the decode step behind `probe profile`).
 """
 
 CDEF = """
@@ -44,6 +45,37 @@ int sdpa_probe_qk_packed(const float *q, const float *kp, float *scores, int64_t
 int sdpa_probe_softmax(float *x, int64_t rows, int64_t n, int32_t n_threads);
 int sdpa_probe_pv(const float *p, const float *v, float *out, int64_t heads, int64_t len,
                   int64_t head_dim, int32_t n_threads);
+
+#define SDPA_PROBE_DECODE_ENOMEM 3
+enum sdpa_probe_graph { SDPA_PROBE_GRAPH_DECOMPOSED = 0, SDPA_PROBE_GRAPH_KERNEL = 1 };
+typedef struct sdpa_probe_decode_config {
+  int64_t n_layers, hidden, n_heads, n_kv_heads, head_dim, ffn, vocab;
+  int32_t weight_dtype; int32_t rope_style; float rope_theta, norm_eps;
+  uint64_t seed; int32_t n_threads;
+} sdpa_probe_decode_config;
+typedef struct sdpa_probe_decode_model sdpa_probe_decode_model;
+typedef struct sdpa_probe_decode_state sdpa_probe_decode_state;
+typedef struct sdpa_probe_op_record { int64_t start_ns, dur_ns, allocs, alloc_bytes; }
+  sdpa_probe_op_record;
+int64_t sdpa_probe_decode_model_bytes(const sdpa_probe_decode_config *cfg);
+int sdpa_probe_decode_model_new(const sdpa_probe_decode_config *cfg,
+                                sdpa_probe_decode_model **out);
+void sdpa_probe_decode_model_free(sdpa_probe_decode_model *m);
+int64_t sdpa_probe_decode_state_bytes(const sdpa_probe_decode_config *cfg, int32_t graph,
+                                      int32_t cache_dtype, int64_t capacity);
+int sdpa_probe_decode_state_new(const sdpa_probe_decode_model *m, int32_t graph,
+                                int64_t kernel_index, int32_t cache_dtype, int64_t capacity,
+                                int32_t n_threads, sdpa_probe_decode_state **out);
+void sdpa_probe_decode_state_free(sdpa_probe_decode_state *s);
+int64_t sdpa_probe_decode_op_count(const sdpa_probe_decode_state *s);
+int sdpa_probe_decode_op_info(const sdpa_probe_decode_state *s, int64_t i, const char **name,
+                              const char **kind, int64_t *layer);
+int sdpa_probe_decode_fill_history(sdpa_probe_decode_state *s, int64_t begin, int64_t end,
+                                   uint64_t seed);
+int sdpa_probe_decode_step(sdpa_probe_decode_state *s, int64_t token, int64_t pos,
+                           float *logits, int64_t *next_token, sdpa_probe_op_record *records,
+                           int64_t *step_ns);
+double sdpa_probe_decode_record_cost_ns(int64_t iters);
 """
 
-INCLUDE = '#include "sdpa_probe_blocks.h"\n'
+INCLUDE = '#include "sdpa_probe_blocks.h"\n#include "sdpa_probe_decode.h"\n'

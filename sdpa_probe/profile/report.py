@@ -1,0 +1,260 @@
+"""Output of `probe profile`: Rich tables, CSV rows, a Chrome trace."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import ProbeError
+from .runner import Run
+
+BAR_WIDTH = 24
+_BLOCKS = " ▏▎▍▌▋▊▉█"
+
+
+def bar(share: float, width: int = BAR_WIDTH) -> str:
+    if not math.isfinite(share) or share <= 0:
+        return ""
+    cells = min(share, 1.0) * width
+    full = int(cells)
+    frac = int((cells - full) * 8)
+    return "█" * full + (_BLOCKS[frac] if frac and full < width else "")
+
+
+def _f(x, fmt: str = ".3f", none: str = "-") -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return none
+    return format(x, fmt)
+
+
+def _rate(x) -> str:
+    if x is None or not math.isfinite(x):
+        return "-"
+    return f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+def _title(doc: dict, sm: dict) -> str:
+    m = doc["model"]
+    kern = doc["kernels"].get(sm["attention"])
+    att = sm["attention"] + (f" ({kern})" if kern and kern != sm["attention"] else "")
+    return (f"decode step: {m['name']} ({m['layers']} layers, hidden {m['hidden']}, "
+            f"{m['heads']}/{m['kv_heads']} heads x {m['head_dim']}, ffn {m['ffn']}, vocab "
+            f"{m['vocab']}) | weights {doc['weights']} | cache {doc['cache']} | attention {att} "
+            f"| context {sm['context']} | {doc['threads']} thread(s) | {sm['steps']} steps")
+
+
+def op_table(doc: dict, sm: dict) -> Table:
+    roof = doc.get("roofline")
+    t = Table(title=_title(doc, sm), title_justify="left", show_edge=False, pad_edge=False)
+    t.add_column("op", style="bold")
+    t.add_column("kind")
+    t.add_column("calls", justify="right")
+    t.add_column("median ms", justify="right")
+    t.add_column("IQR ms", justify="right")
+    t.add_column("share", justify="right")
+    t.add_column("", no_wrap=True, min_width=BAR_WIDTH)
+    t.add_column("GB/s", justify="right")
+    t.add_column("GFLOP/s", justify="right")
+    if roof:
+        t.add_column("% roof", justify="right")
+    t.add_column("allocs/step", justify="right")
+    t.add_column("alloc KiB/step", justify="right")
+
+    def row(name, kind, calls, med, iq, share, gbs=None, gfs=None, rp=None, al=None, ab=None,
+            style=None):
+        cells = [name, kind, calls, _f(med), _f(iq), _f(share * 100, ".1f") + "%"
+                 if share is not None and math.isfinite(share) else "-",
+                 Text(bar(share if share is not None else float("nan")), style="cyan"),
+                 _rate(gbs), _rate(gfs)]
+        if roof:
+            cells.append(_f(rp, ".0f"))
+        cells += [_f(al, ".0f", ""), _f(ab / 1024 if ab is not None else None, ".1f", "")]
+        t.add_row(*cells, style=style)
+
+    for o in sm["ops"]:
+        row(o["name"], o["kind"], str(o["calls"]), o["median_ms"], o["iqr_ms"], o["share"],
+            o["gb_s"], o["gflop_s"], o["roofline_pct"], o["allocs_per_step"],
+            o["alloc_bytes_per_step"])
+    t.add_section()
+    for k in sm["kinds"]:
+        row(f"[kind] {k['kind']}", f"{len(k['ops'])} op(s)", "", k["median_ms"], k["iqr_ms"],
+            k["share"], style="dim")
+    t.add_section()
+    step = sm["step_ms"]["median"]
+    row("sum of ops", "", "", sm["op_sum_ms"], None, sm["op_sum_share"])
+    row("unattributed", "step - ops", "", sm["unattributed_ms"], None,
+        sm["unattributed_share"])
+    row("step", "measured", "", step, sm["step_ms"]["iqr"], 1.0,
+        al=sm["allocs_per_step"], ab=sm["alloc_bytes_per_step"], style="bold")
+    return t
+
+
+def summary_lines(sm: dict) -> list[str]:
+    step = sm["step_ms"]["median"]
+    lines = [f"{sm['attention']} @ context {sm['context']}: step {step:.3f} ms "
+             f"(IQR {sm['step_ms']['iqr']:.3f}), {sm['tokens_per_s']:.2f} tokens/s; "
+             f"ops sum to {100 * sm['op_sum_share']:.2f}% of the step, unattributed "
+             f"{sm['unattributed_ms']:.3f} ms"]
+    ov = f"timing overhead {sm['overhead_ms'] * 1e3:.1f} us/step ({sm['overhead_pct']:.3f}% of " \
+         f"the step; {sm['n_ops_per_step']} records)"
+    if sm.get("untimed_step_ms") is not None:
+        ov += (f"; cross-check: {sm['untimed_steps']} untimed steps, median "
+               f"{sm['untimed_step_ms']:.3f} ms")
+    lines.append(ov)
+    return lines
+
+
+def growth_table(doc: dict, label: str) -> Table:
+    rows = doc["growth"][label]
+    ctxs = list(rows[0]["ms_by_context"].keys())
+    t = Table(title=f"{label}: median ms per op by context, and growth per 1000 tokens",
+              title_justify="left", show_edge=False, pad_edge=False)
+    t.add_column("op", style="bold")
+    t.add_column("kind")
+    for c in ctxs:
+        t.add_column(f"ctx {c}", justify="right")
+    t.add_column("ms / 1k tokens", justify="right")
+    for r in rows:
+        cells = [r["name"], r["kind"]] + [_f(r["ms_by_context"].get(c)) for c in ctxs]
+        cells.append(_f(r["per_1000_tokens_ms"], "+.3f"))
+        t.add_row(*cells, style="bold" if r["name"] == "step" else None)
+    return t
+
+
+def ab_table(doc: dict) -> Table:
+    ab = doc["ab"]
+    items = ab.get("by_context", [ab])
+    t = Table(title=f"A/B (interleaved): a = {ab['a']}, b = {ab['b']}; ratio = median(a) / "
+              "median(b), 95% bootstrap CI", title_justify="left", show_edge=False,
+              pad_edge=False)
+    for col, j in (("context", "right"), (f"{ab['a']} ms", "right"), (f"{ab['b']} ms", "right"),
+                   ("ratio", "right"), ("95% CI", "right"), ("verdict (b vs a)", "left")):
+        t.add_column(col, justify=j)
+    for x in items:
+        style = "green" if x["verdict"] == "faster" else ("red" if x["verdict"] == "slower"
+                                                          else None)
+        t.add_row(str(x["context"]), _f(x["a_ms"]), _f(x["b_ms"]), _f(x["ratio"], ".3f"),
+                  f"[{x['ci'][0]:.3f}, {x['ci'][1]:.3f}]", x["verdict"], style=style)
+    return t
+
+
+def rate_table(doc: dict) -> Table:
+    t = Table(title="token rates (token-at-a-time steps, greedy; pp = prompt from position 0, "
+              "tg = generation after the context)", title_justify="left", show_edge=False,
+              pad_edge=False)
+    for col in ("test", "attention", "start", "tokens", "ms/token", "tokens/s"):
+        t.add_column(col, justify="left" if col in ("test", "attention") else "right")
+    for kind in ("pp", "tg"):
+        for r in doc.get(kind, []):
+            t.add_row(f"{kind}{r['tokens']}", r["attention"], str(r["start"]), str(r["tokens"]),
+                      _f(r["ms_per_token"]), _f(r["tokens_per_s"], ".2f"))
+    return t
+
+
+def render(doc: dict, out) -> None:
+    ctx = doc["context"]
+    for sm in doc["runs"]:
+        if sm["context"] != ctx:
+            continue
+        out.print(op_table(doc, sm))
+        for line in summary_lines(sm):
+            out.print(line)
+        out.print("")
+    if "growth" in doc:
+        for label in doc["growth"]:
+            out.print(growth_table(doc, label))
+            out.print("")
+    if "ab" in doc:
+        out.print(ab_table(doc))
+        out.print(f"verdict at context {doc['ab']['context']}: {doc['ab']['summary']} "
+                  f"(ratio {doc['ab']['ratio']:.3f}, 95% CI [{doc['ab']['ci'][0]:.3f}, "
+                  f"{doc['ab']['ci'][1]:.3f}])")
+        out.print("")
+    if doc.get("pp") or doc.get("tg"):
+        out.print(rate_table(doc))
+    for chk in doc["checks"]:
+        out.note(f"check @ context {chk['context']}: {chk['a']} vs {chk['b']} logits "
+                 f"max|diff| {chk['max_abs_diff']:.3g}, /rms {chk['rel_err']:.3g} "
+                 f"(tol {chk['tol']}) {'ok' if chk['ok'] else 'FAILED'}")
+    worst = max(sm["overhead_pct"] for sm in doc["runs"])
+    if worst >= 2.0:
+        out.warn(f"timing overhead is {worst:.1f}% of a step: the shape is too small for "
+                 "per-op timing to be trusted")
+    bad = [sm for sm in doc["runs"] if abs(sm["unattributed_share"]) > 0.05]
+    for sm in bad:
+        out.warn(f"{sm['attention']} @ {sm['context']}: unattributed time is "
+                 f"{100 * sm['unattributed_share']:.1f}% of the step")
+
+
+# ---- files ------------------------------------------------------------------------
+
+CSV_FIELDS = ["attention", "kernel", "context", "op", "kind", "calls", "median_ms", "iqr_ms",
+              "mean_ms", "share", "bytes", "flops", "gb_s", "gflop_s", "roofline_pct",
+              "allocs_per_step", "alloc_bytes_per_step", "step_median_ms", "step_iqr_ms"]
+
+
+def csv_text(doc: dict) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for sm in doc["runs"]:
+        rows = [dict(o, op=o["name"]) for o in sm["ops"]]
+        rows.append({"op": "(unattributed)", "kind": "", "calls": 0,
+                     "median_ms": sm["unattributed_ms"], "share": sm["unattributed_share"]})
+        for r in rows:
+            w.writerow({
+                "attention": sm["attention"], "kernel": sm["kernel"] or "",
+                "context": sm["context"],
+                **{k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS[3:-2]},
+                "step_median_ms": sm["step_ms"]["median"], "step_iqr_ms": sm["step_ms"]["iqr"],
+            })
+    return buf.getvalue()
+
+
+def trace_doc(runs: list[Run], max_steps: int | None = None) -> dict:
+    """Chrome trace (chrome://tracing, Perfetto): one process per (graph, context),
+    a complete event per step and per op, timestamps in microseconds."""
+    starts = [r.records()[:, :, 0].min() for r in runs if r.rec]
+    t0 = int(min(starts)) if starts else 0
+    events = []
+    for pid, r in enumerate(runs):
+        rec = r.records()
+        if max_steps is not None:
+            rec = rec[:max_steps]
+        events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
+                       "args": {"name": f"{r.attention.title} @ context {r.context}"}})
+        for si in range(rec.shape[0]):
+            s_start = int(rec[si, 0, 0])
+            s_end = int((rec[si, :, 0] + rec[si, :, 1]).max())
+            events.append({"name": f"step {si}", "cat": "step", "ph": "X", "pid": pid,
+                           "tid": 0, "ts": (s_start - t0) / 1e3, "dur": (s_end - s_start) / 1e3,
+                           "args": {"wall_ms": r.wall_ns[si] / 1e6}})
+            for oi, op in enumerate(r.ops):
+                ev = {"name": op.name, "cat": op.kind, "ph": "X", "pid": pid, "tid": 0,
+                      "ts": (int(rec[si, oi, 0]) - t0) / 1e3, "dur": int(rec[si, oi, 1]) / 1e3,
+                      "args": {"layer": op.layer, "allocs": int(rec[si, oi, 2])}}
+                events.append(ev)
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_text(path: str, text: str) -> None:
+    if path == "-":
+        import sys
+
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise ProbeError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def write_trace(path: str, runs: list[Run]) -> None:
+    write_text(path, json.dumps(trace_doc(runs), separators=(",", ":")) + "\n")

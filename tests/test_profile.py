@@ -1,0 +1,216 @@
+"""`probe profile` on tiny shapes: the JSON / CSV / trace contracts, the decode graphs'
+agreement, bad input. No assertion depends on how fast anything ran."""
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from sdpa_probe.cli import app
+from sdpa_probe.profile import decode, models, runner, stats
+
+cli = CliRunner()
+TINY = ["--custom", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+        "--head-dim", "16", "--ffn", "96", "--vocab", "200"]
+FAST = ["--steps", "3", "--warmup", "1", "--threads", "1", "--no-roofline"]
+DECOMPOSED_OPS = {"kv_read_cast", "rope_window", "gqa_broadcast", "pack_k", "qk_matmul",
+                  "softmax", "pv_matmul", "rope_q"}
+COMMON_OPS = {"embed", "attn_norm", "q_proj", "k_proj", "v_proj", "kv_write", "o_proj",
+              "attn_residual", "ffn_norm", "gate_proj", "up_proj", "silu_gate", "down_proj",
+              "ffn_residual", "final_norm", "lm_head", "argmax"}
+
+
+def run(*args):
+    return cli.invoke(app, ["profile", *args])
+
+
+def json_run(*args):
+    res = run(*TINY, *FAST, "--json", "-", *args)
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)
+
+
+def test_json_contract_decomposed():
+    doc = json_run("--attention", "decomposed", "--context", "24")
+    assert doc["graph"] == "decomposed" and doc["context"] == 24
+    assert set(doc["step_ms"]) >= {"median", "iqr"}
+    names = {o["name"] for o in doc["ops"]}
+    assert names == COMMON_OPS | DECOMPOSED_OPS
+    for o in doc["ops"]:
+        assert {"name", "kind", "median_ms", "share", "gb_s", "allocs_per_step"} <= set(o)
+        assert o["median_ms"] >= 0 and o["calls"] in (1, 2)
+        assert o["bytes"] > 0
+    assert [o["median_ms"] for o in doc["ops"]] == sorted(
+        (o["median_ms"] for o in doc["ops"]), reverse=True)
+    by = {o["name"]: o for o in doc["ops"]}
+    assert by["q_proj"]["calls"] == 2 and by["lm_head"]["calls"] == 1
+    assert by["q_proj"]["flops"] == 2 * 2 * 64 * 64  # two layers of a 64x64 GEMV
+    # the decomposed graph preallocates: no heap allocation inside a step
+    assert all(o["allocs_per_step"] == 0 for o in doc["ops"])
+    assert isinstance(doc["unattributed_ms"], float) and isinstance(doc["overhead_ms"], float)
+    assert doc["overhead_ms"] > 0
+    assert {k["kind"] for k in doc["kinds"]} >= {"gemv", "broadcast", "pack", "matmul", "cast"}
+    assert doc["checks"][0]["ok"] and doc["checks"][0]["b"] == "fused"
+    assert "sweep" not in doc and "ab" not in doc
+
+
+def test_json_fused_counts_kernel_allocations():
+    doc = json_run("--attention", "fused", "--context", "40")
+    by = {o["name"]: o for o in doc["ops"]}
+    assert set(by) == COMMON_OPS | {"rope_qk", "sdpa"}
+    assert doc["kernels"]["fused"] == "flash"
+    assert by["sdpa"]["allocs_per_step"] >= 2  # flash allocates its scratch per call
+    assert by["sdpa"]["alloc_bytes_per_step"] > 0
+
+
+def test_ab_sweep_json_and_tables(tmp_path):
+    path = tmp_path / "p.json"
+    res = run(*TINY, *FAST, "--ab", "decomposed,fused", "--context", "8,16,32",
+              "--json", str(path))
+    assert res.exit_code == 0, res.output
+    for text in ("sum of ops", "unattributed", "A/B (interleaved)", "ms / 1k tokens",
+                 "gqa_broadcast", "sdpa"):
+        assert text in res.stdout
+    doc = json.loads(path.read_text())
+    assert [s["context"] for s in doc["sweep"]] == [8, 16, 32]
+    for s in doc["sweep"]:
+        assert set(s["runs"]) == {"decomposed", "fused"}
+        assert s["ab"]["context"] == s["context"]
+    ab = doc["ab"]
+    assert ab["a"] == "decomposed" and ab["b"] == "fused" and ab["context"] == 32
+    assert ab["ci"][0] <= ab["ratio"] <= ab["ci"][1]
+    assert ab["verdict"] in ("faster", "slower", "no significant difference")
+    assert len(ab["by_context"]) == 3
+    growth = doc["growth"]["decomposed"]
+    assert growth[0]["name"] == "step"
+    assert set(growth[0]["ms_by_context"]) == {"8", "16", "32"}
+    assert all(len(c["a"]) for c in doc["checks"]) and all(c["ok"] for c in doc["checks"])
+    assert len(doc["runs"]) == 6
+
+
+def test_csv_and_trace(tmp_path):
+    c, t = tmp_path / "p.csv", tmp_path / "t.json"
+    res = run(*TINY, *FAST, "--attention", "decomposed", "--context", "12", "--csv", str(c),
+              "--trace", str(t))
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(io.StringIO(c.read_text())))
+    assert {r["op"] for r in rows} == COMMON_OPS | DECOMPOSED_OPS | {"(unattributed)"}
+    assert all(r["attention"] == "decomposed" and r["context"] == "12" for r in rows)
+    float(rows[0]["median_ms"]), float(rows[0]["gb_s"])
+    trace = json.loads(t.read_text())
+    ev = trace["traceEvents"]
+    ops = [e for e in ev if e.get("ph") == "X" and e["cat"] != "step"]
+    steps = [e for e in ev if e.get("ph") == "X" and e["cat"] == "step"]
+    assert len(steps) == 3
+    n_ops = 1 + 2 * 21 + 3  # embed, 21 ops per decomposed layer, final norm / lm head / argmax
+    assert len(ops) == 3 * n_ops
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 for e in ops)
+    assert any(e["name"] == "process_name" for e in ev if e["ph"] == "M")
+
+
+def test_pp_tg_and_kernel_slot():
+    doc = json_run("--attention", "flash_maskskip", "--context", "10", "--pp", "4", "--tg", "3")
+    assert doc["kernels"]["flash_maskskip"] == "flash_maskskip"
+    assert doc["pp"][0]["tokens"] == 4 and doc["pp"][0]["tokens_per_s"] > 0
+    assert doc["tg"][0]["start"] == 10 and doc["tg"][0]["tokens"] == 3
+    assert doc["capacity"] >= 13
+
+
+@pytest.mark.parametrize("cache", ["f32", "f16", "i8"])
+@pytest.mark.parametrize("weights", ["f32", "f16"])
+def test_decomposed_and_fused_agree(cache, weights):
+    shape = models.ModelShape("t", 2, 64, 6, 2, 16, 96, 150)
+    model = decode.DecodeModel(shape, weights, seed=3, threads=1)
+    fused = runner.resolve_attention("fused", cache)
+    states = [decode.DecodeState(model, decode.GRAPH_DECOMPOSED, -1, cache, 64, 1),
+              decode.DecodeState(model, fused.graph, fused.kernel_index, cache, 64, 1)]
+    for st in states:
+        st.fill_history(0, 64, 11)
+    outs = []
+    for st in states:
+        tok = 5
+        for pos in (40, 41, 42):  # a few greedy steps: each graph extends its own cache
+            st.step(tok, pos, timed=False, logits=True)
+            tok = 7
+        outs.append(st.last_logits.copy())
+    rms = np.sqrt(np.mean(outs[1].astype(np.float64) ** 2))
+    assert np.isfinite(outs[0]).all() and rms > 0
+    assert np.max(np.abs(outs[0] - outs[1])) / rms < runner.CHECK_TOL[cache]
+    # same seed, same model: a second step reproduces the logits exactly
+    st = states[1]
+    st.fill_history(40, 43, 11)
+    for pos in (40, 41, 42):
+        st.step(5 if pos == 40 else 7, pos, timed=False, logits=True)
+    np.testing.assert_array_equal(st.last_logits, outs[1])
+    for st in states:
+        st.close()
+    model.close()
+
+
+def test_step_records_cover_the_step():
+    shape = models.ModelShape("t", 3, 32, 4, 1, 8, 64, 50)
+    model = decode.DecodeModel(shape, "f32", threads=1)
+    st = decode.DecodeState(model, decode.GRAPH_DECOMPOSED, -1, "f16", 16, 1)
+    assert len(st.ops) == 1 + 3 * 21 + 3
+    assert [o.layer for o in st.ops[:2]] == [-1, 0] and st.ops[-1].name == "argmax"
+    wall, native_ns, rec, nxt = st.step(1, 5)
+    assert rec.shape == (len(st.ops), 4) and 0 <= nxt < 50
+    starts, durs = rec[:, 0], rec[:, 1]
+    assert (durs >= 0).all() and (np.diff(starts) >= 0).all()
+    assert durs.sum() <= native_ns <= wall
+    st.close()
+    model.close()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "gpt-17"], "unknown model preset"),
+    (["--custom", "--layers", "2", "--hidden", "64", "--heads", "6", "--kv-heads", "4",
+      "--head-dim", "16", "--ffn", "64"], "not a multiple of kv heads"),
+    (["--custom", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+      "--head-dim", "15", "--ffn", "64"], "even head_dim"),
+    (["--custom", "--layers", "2"], "--custom needs"),
+    (TINY + ["--context", "100", "--cache-size", "64"], "larger than the cache"),
+    (TINY + ["--context", "10,x"], "comma-separated integers"),
+    (TINY + ["--attention", "nope"], "unknown attention"),
+    (TINY + ["--cache", "i8", "--attention", "flash"], "does not read a i8 cache"),
+    (TINY + ["--ab", "fused"], "two attention graphs"),
+    (TINY + ["--weights", "bf16"], "--weights"),
+    (["--custom", "--layers", "200", "--hidden", "16384", "--heads", "128", "--kv-heads", "8",
+      "--head-dim", "128", "--ffn", "65536"], "out of memory"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle):
+    res = run(*args, "--no-roofline")
+    assert res.exit_code == 2, res.output
+    err = res.stderr.strip()
+    assert needle in err and len(err.splitlines()) == 1 and err.startswith("error:")
+
+
+def test_presets_match_the_issue():
+    p = models.PRESETS
+    assert (p["smollm2-135m"].layers, p["smollm2-135m"].hidden, p["smollm2-135m"].heads,
+            p["smollm2-135m"].kv_heads, p["smollm2-135m"].head_dim,
+            p["smollm2-135m"].ffn) == (30, 576, 9, 3, 64, 1536)
+    q = p["qwen2.5-0.5b"]
+    assert (q.layers, q.hidden, q.heads, q.kv_heads, q.head_dim, q.ffn) == (24, 896, 14, 2, 64,
+                                                                             4864)
+    ll = p["llama-3.2-1b"]
+    assert (ll.layers, ll.hidden, ll.heads, ll.kv_heads, ll.head_dim, ll.ffn) == (16, 2048, 32, 8,
+                                                                                64, 8192)
+    assert "openelm-270m" in p
+    assert 1.0e9 < ll.params() < 1.5e9  # ~1.24B with the tied 128k-vocab head
+
+
+def test_stats_verdicts():
+    rng = np.random.default_rng(0)
+    a = 2.0 + 0.01 * rng.standard_normal(30)
+    b = 1.0 + 0.01 * rng.standard_normal(30)
+    ratio, lo, hi = stats.bootstrap_ratio_ci(a, b)
+    assert lo <= ratio <= hi and stats.verdict(lo, hi) == "faster"
+    ratio, lo, hi = stats.bootstrap_ratio_ci(b, a)
+    assert stats.verdict(lo, hi) == "slower"
+    ratio, lo, hi = stats.bootstrap_ratio_ci(a, a[::-1].copy())
+    assert stats.verdict(lo, hi) == "no significant difference"
+    assert stats.slope_per_1000([100, 1000, 2000], [1.0, 10.0, 20.0]) == pytest.approx(10.0)
