@@ -144,7 +144,19 @@ def _split(n: int, c: int) -> tuple[int, ...]:
     return tuple(min(c, n - i) for i in range(0, n, c))
 
 
-def adversarial_schedules(wl: Workload) -> list[Schedule]:
+EXHAUSTIVE_UP_TO = 128  # chunk limits up to this get every offset and every length
+SAMPLED = 64            # above it (unless exhaustive=True): this many of each
+
+
+def _spread(n: int, k: int, must: set[int]) -> list[int]:
+    """All of range(n) when k >= n, else `must` plus evenly spaced values, k or a few more."""
+    if k >= n:
+        return list(range(n))
+    picks = {round(i * (n - 1) / (k - 1)) for i in range(k)} | {v for v in must if 0 <= v < n}
+    return sorted(picks)
+
+
+def adversarial_schedules(wl: Workload, exhaustive: bool = False) -> list[Schedule]:
     """Chunk schedules that between them expose any too-small cache (docs/cache-sizing.md),
     most damaging first (a size under test stops at its first wrong query):
 
@@ -157,6 +169,11 @@ def adversarial_schedules(wl: Workload) -> list[Schedule]:
     * prefill-then-decode: a prefill past S + W tokens in chunks of C, then one token a step;
     * uniform-c (c = C-1 .. 1): chunks of every shorter length, each to S + W + 2c + 2
       positions; c = 1 is pure decode.
+
+    For C > EXHAUSTIVE_UP_TO (and not `exhaustive`) the offsets and the lengths are each
+    SAMPLED values (the smallest and largest, the window-fill and context-end offsets, and
+    an even spread); the minimum is unaffected (chunks of C at any start past a full window
+    already break every too-small cache), the earliest wrong position may come later.
     """
     H, S, W = wl.horizon, wl.sink, wl.window
     C = min(wl.chunk, H)
@@ -169,7 +186,11 @@ def adversarial_schedules(wl: Workload) -> list[Schedule]:
             seen.add(chunks)
             out.append(Schedule(name, desc, chunks))
 
-    for o in range(C):
+    full = exhaustive or C <= EXHAUSTIVE_UP_TO
+    offsets = _spread(C, C if full else SAMPLED,
+                      set(range(8)) | {(S + W - 1) % C, (S + W) % C, H_off % C, (S + 1) % C})
+    lengths = _spread(C, C if full else SAMPLED, set(range(1, 9)) | set(range(C - 8, C)))
+    for o in offsets:
         desc = f"chunks of {C}" if o == 0 else f"a first chunk of {o}, then chunks of {C}"
         add(f"offset{o}-c{C}", desc, _fill(H_off, (o,), C))
     for p in (S + W - 1, S + W):
@@ -180,7 +201,7 @@ def adversarial_schedules(wl: Workload) -> list[Schedule]:
     if p > 0:
         add(f"prefill{p}-decode", f"prefill {p} in chunks of {C}, then decode",
             _fill(H, _split(p, C), 1))
-    for c in range(C - 1, 0, -1):
+    for c in sorted((c for c in lengths if c >= 1), reverse=True):
         add(f"uniform-c{c}", "decode (one token a step)" if c == 1 else f"chunks of {c}",
             _fill(min(H, S + W + 2 * c + 2), (), c))
     return out
@@ -273,6 +294,7 @@ class _Cache:
         self._calls: dict[int, tuple] = {}
 
     def reset(self) -> None:
+        self._calls.clear()  # a schedule uses a few chunk lengths; their masks can be large
         self.slot_pos.fill(-1)
         for t in (self.k, self.v):
             arr = t.data if isinstance(t, native.QuantTensor) else t
@@ -316,12 +338,24 @@ class _Cache:
             ent = self._calls[c] = (call, out, mask)
         return ent
 
+    def visible(self, s: int, c: int) -> np.ndarray:
+        """Workload.visible(arange(s, s + c), slot_pos), faster: slot j is visible to the
+        query positions [lo_j, hi_j] (lo = its position, hi = position + W - 1, or no limit
+        for a sink; an empty slot to none)."""
+        wl, kp = self.sim.wl, self.slot_pos
+        big = np.int64(1) << 62
+        lo = np.where(kp >= 0, kp, big)
+        hi = np.where(kp < wl.sink, big, kp + (wl.window - 1))
+        q = np.arange(s, s + c)[:, None]
+        return (q >= lo) & (q <= hi)
+
     def attend(self, s: int, c: int) -> tuple[np.ndarray, np.ndarray]:
         """Run the chunk's queries over the cache; returns (out [c, heads, D], visible)."""
         sim = self.sim
         call, out, mask = self._prepared(c)
-        vis = sim.wl.visible(np.arange(s, s + c), self.slot_pos)
-        np.copyto(mask, np.where(vis, np.float32(0.0), np.float32(-np.inf)))
+        vis = self.visible(s, c)
+        mask.fill(-np.inf)
+        np.copyto(mask, np.float32(0.0), where=vis)
         call.args.q.data = sim.q_base + s * sim.q.strides[1]
         native.raise_for_status(sim.kernel.forward_args(call.args), sim.kernel.name)
         return out[0], vis
@@ -331,7 +365,7 @@ class Simulator:
     """Simulates one workload at any cache size through one kernel."""
 
     def __init__(self, wl: Workload, kernel: str | native.Kernel = "flash", *, seed: int = 0,
-                 n_threads: int = 1):
+                 n_threads: int = 1, exhaustive: bool = False):
         self.wl = wl.validate()
         self.kernel = native.get_kernel(kernel) if isinstance(kernel, str) else kernel
         self.n_threads = n_threads
@@ -350,7 +384,9 @@ class Simulator:
             self.ref = reference_outputs(wl, self.q, k_real, v_real)
         else:
             self.ref = reference_outputs(wl, self.q, self.k, self.v)
-        self.schedules = adversarial_schedules(wl)
+        self.schedules = adversarial_schedules(wl, exhaustive)
+        C = min(wl.chunk, wl.horizon)
+        self.sampled = not exhaustive and C > EXHAUSTIVE_UP_TO
         self._full: dict[int, SimResult] = {}
         self._pass: dict[int, bool] = {}
         self._stopped: dict[int, SimResult] = {}
@@ -632,6 +668,7 @@ class SizingReport:
     schedules: int
     calls: int
     seconds: float
+    sampled: bool = False  # offsets and lengths sampled (C > EXHAUSTIVE_UP_TO)
 
     def as_dict(self) -> dict:
         full = self.workload.context
@@ -651,6 +688,7 @@ class SizingReport:
             "policies": [p.as_dict() for p in self.policies],
             "simulation": {"horizon": self.horizon, "schedules": self.schedules,
                            "kernel_calls": self.calls, "seconds": self.seconds,
+                           "sampled": self.sampled,
                            "heads": SIM_HEADS, "kv_heads": SIM_KV_HEADS,
                            "head_dim": SIM_HEAD_DIM, "atol": ATOL, "rtol": RTOL},
         }
@@ -668,13 +706,13 @@ def resolve_policies(names: list[str] | None) -> list[Policy]:
 
 
 def evaluate(wl: Workload, policies: list[str] | None = None, *, kernel: str = "flash",
-             kv_shape: KVShape | None = None, seed: int = 0,
+             kv_shape: KVShape | None = None, seed: int = 0, exhaustive: bool = False,
              sim: Simulator | None = None) -> SizingReport:
     """Every policy's size, the simulated minimum, and a verdict for each."""
     t0 = time.perf_counter()
     shape = (kv_shape or KVShape()).validate()
     chosen = resolve_policies(policies)
-    sim = sim or Simulator(wl, kernel, seed=seed)
+    sim = sim or Simulator(wl, kernel, seed=seed, exhaustive=exhaustive)
     minimum = sim.minimum()
     results = []
     for pol in chosen:
@@ -684,7 +722,8 @@ def evaluate(wl: Workload, policies: list[str] | None = None, *, kernel: str = "
         results.append(judge(size, sim.run(size), minimum, wl, shape, pol))
     return SizingReport(wl, sim.kernel.name, shape, minimum,
                         closed_form_minimum(wl.window, wl.sink, wl.chunk, wl.context), results,
-                        wl.horizon, len(sim.schedules), sim.calls, time.perf_counter() - t0)
+                        wl.horizon, len(sim.schedules), sim.calls, time.perf_counter() - t0,
+                        sim.sampled)
 
 
 # ---- the suite (probe check --suite cache-sizing) -------------------------------------

@@ -113,6 +113,22 @@ def test_visibility_semantics():
     assert not wl.visible(np.array([5]), np.array([-1]))[0, 0]  # empty slot
 
 
+def test_fast_mask_equals_the_definition():
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        w, s, c = int(rng.integers(1, 9)), int(rng.integers(0, 4)), int(rng.integers(1, 9))
+        wl = cs.Workload(w, c, sink=s)
+        sim = cs.Simulator(wl)
+        cache = cs._Cache(sim, int(rng.integers(1, wl.horizon + 1)))
+        pos = 0
+        while pos < wl.horizon:
+            n = min(int(rng.integers(1, c + 1)), wl.horizon - pos)
+            cache.write(pos, n)
+            np.testing.assert_array_equal(cache.visible(pos, n),
+                                          wl.visible(np.arange(pos, pos + n), cache.slot_pos))
+            pos += n
+
+
 def test_adversarial_schedules_cover_the_brief():
     wl = cs.Workload(8, 6, sink=2)
     scheds = cs.adversarial_schedules(wl)
@@ -125,6 +141,14 @@ def test_adversarial_schedules_cover_the_brief():
     assert any(n.endswith("-decode") for n in names)                  # decode after prefill
     assert {f"offset{o}-c6" for o in range(6)} <= names               # every start mod C
     assert len({sc.chunks for sc in scheds}) == len(scheds)
+    # past EXHAUSTIVE_UP_TO, offsets and lengths are sampled unless asked for every one
+    big = cs.Workload(8, 200)
+    sampled = cs.adversarial_schedules(big)
+    every = cs.adversarial_schedules(big, exhaustive=True)
+    assert len(sampled) < len(every)
+    assert {c for sc in every for c in sc.chunks} == set(range(1, 201))
+    names = {sc.name for sc in sampled}
+    assert {"uniform-c1", "uniform-c199", "offset0-c200", "offset7-c200"} <= names
 
 
 @pytest.mark.parametrize("kernel", ["decomposed", "flash_maskskip", "quant_int8"])

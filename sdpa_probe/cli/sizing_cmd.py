@@ -37,6 +37,9 @@ def sizing_command(
     head_dim: int = typer.Option(64, "--head-dim", help="Head dimension (memory figures)."),
     dtype: str = typer.Option("f16", "--dtype", help="Cache storage: f32, f16, bf16, int8."),
     seed: int = typer.Option(0, "--seed", help="Seed of the simulated q/k/v."),
+    all_lengths: bool = typer.Option(False, "--all-lengths", help="Every chunk length and "
+                                     "offset even when the chunk is over "
+                                     f"{cs.EXHAUSTIVE_UP_TO} (slower)."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
     """Judge KV-cache sizing policies for sliding-window (+sink) attention by simulation.
@@ -51,7 +54,8 @@ def sizing_command(
     wl = cs.Workload(window=window, chunk=chunk, sink=sink, context=context).validate()
     shape = cs.KVShape(layers=layers, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype).validate()
     cs.resolve_policies(policy)  # unknown names fail before the simulation starts
-    rep = cs.evaluate(wl, policy, kernel=kernel, kv_shape=shape, seed=seed)
+    rep = cs.evaluate(wl, policy, kernel=kernel, kv_shape=shape, seed=seed,
+                      exhaustive=all_lengths)
     if json_out:
         out.emit_json(rep.as_dict())
         return
@@ -60,10 +64,14 @@ def sizing_command(
     out.print(f"[bold]KV-cache sizing[/]: {wl.describe()}")
     out.print(f"simulated through kernel [bold]{rep.kernel}[/]: {rep.schedules} chunk schedules "
               f"over {rep.horizon} positions, {rep.calls} kernel calls, {rep.seconds:.1f} s")
+    if rep.sampled:
+        out.print(f"[dim]chunk lengths and offsets sampled ({cs.SAMPLED} of each; "
+                  "--all-lengths runs every one)[/]")
     agree = ("agrees" if rep.minimum == rep.closed_form
              else f"[red]DISAGREES: the rule gives {rep.closed_form}[/]")
-    out.print(f"exact minimum: [bold]{rep.minimum}[/] slots (closed form min(N, S + W + C - 1)"
-              f" = {rep.closed_form}: {agree})")
+    plural = "" if rep.minimum == 1 else "s"
+    out.print(f"exact minimum: [bold]{rep.minimum}[/] slot{plural} (closed form "
+              f"min(N, S + W + C - 1) = {rep.closed_form}: {agree})")
     full = ""
     if wl.context is not None:
         full = f"; a full-context cache ({wl.context} slots) = {_mib(wl.context * bps)} MiB"
