@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import sdpa_probe.backends as backends
 import sdpa_probe.reference as reference
-from sdpa_probe import golden
+from sdpa_probe import golden, native
 from sdpa_probe.backends import NativeBackend
 from sdpa_probe.cases import Case, suite
 from sdpa_probe.cli import app
@@ -335,7 +335,15 @@ def test_diff_names_cases_on_one_side_only(gset, small_set):
 
 # ---- probe check --golden ------------------------------------------------------------------
 
-def test_check_golden_agrees_with_live_check(one_thread):
+@pytest.fixture
+def default_build(monkeypatch):
+    """The default compiler for the check workers, whatever an earlier in-process
+    `probe build --cc ...` left in native's process-wide build options."""
+    monkeypatch.setattr(native, "_build_opts", {})
+    native.native_lib.cache_clear()
+
+
+def test_check_golden_agrees_with_live_check(one_thread, default_build):
     """`probe check --golden` (worker processes, stored references) gives the very records
     that the live oracle gives in-process."""
     cid = _small_ids()[0]
