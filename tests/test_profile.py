@@ -214,3 +214,9 @@ def test_stats_verdicts():
     ratio, lo, hi = stats.bootstrap_ratio_ci(a, a[::-1].copy())
     assert stats.verdict(lo, hi) == "no significant difference"
     assert stats.slope_per_1000([100, 1000, 2000], [1.0, 10.0, 20.0]) == pytest.approx(10.0)
+
+
+def test_live_view_then_final_table():
+    res = run(*TINY, *FAST, "--attention", "decomposed", "--context", "9", "--live")
+    assert res.exit_code == 0, res.output
+    assert "sum of ops" in res.stdout and "unattributed" in res.stdout

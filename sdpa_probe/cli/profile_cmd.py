@@ -66,6 +66,8 @@ def profile_command(
     csv_path: str = typer.Option(None, "--csv", help="Write per-op rows as CSV to PATH."),
     trace_path: str = typer.Option(None, "--trace",
                                    help="Write a Chrome trace (chrome://tracing, Perfetto)."),
+    live: bool = typer.Option(False, "--live",
+                              help="Redraw the per-op table as steps come in."),
 ) -> None:
     """Profile one transformer decode step op by op: decomposed vs fused attention."""
     to_stdout = json_path == "-" or csv_path == "-" or trace_path == "-"
@@ -90,7 +92,17 @@ def profile_command(
         contexts=_int_list(context, "--context"), steps=steps, warmup=warmup, threads=threads,
         seed=seed, capacity=cache_size, pp=pp, tg=tg, rope_style=rope, roofline=roofline)
     runner.validate(settings)
-    doc, runs = runner.profile(settings, progress=out.note)
+    if live and not to_stdout:
+        from rich.console import Group
+        from rich.live import Live
+
+        with Live(console=out.out, transient=True, refresh_per_second=4) as view:
+            def show(head: dict, summaries: list[dict]) -> None:
+                view.update(Group(*(report.op_table(head, sm) for sm in summaries)))
+
+            doc, runs = runner.profile(settings, progress=out.note, live=show)
+    else:
+        doc, runs = runner.profile(settings, progress=out.note)
     if json_path:
         out.write_json(json_path, doc)
     if csv_path:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -211,8 +212,10 @@ def check_outputs(sess: Session, a: Attention, b: Attention, context: int) -> di
 
 
 def measure(sess: Session, atts: list[Attention], context: int,
-            progress: Callable[[str], None] | None = None) -> list[Run]:
-    """Warm-up, then steps timed op by op, graphs interleaved (ABAB, BABA, ...)."""
+            progress: Callable[[str], None] | None = None,
+            on_step: Callable[[list[Run]], None] | None = None) -> list[Run]:
+    """Warm-up, then steps timed op by op, graphs interleaved (ABAB, BABA, ...).
+    on_step (if given) sees the partial runs after every round."""
     s = sess.s
     states = [sess.state(a) for a in atts]
     runs = [Run(a, context, st.ops) for a, st in zip(atts, states, strict=True)]
@@ -230,6 +233,8 @@ def measure(sess: Session, atts: list[Attention], context: int,
         if s.untimed_every and i % s.untimed_every == 0:
             for a, st, run in order:
                 run.untimed_ns.append(_step(st, a, s.token, context, timed=False)[0])
+        if on_step:
+            on_step(runs)
         if progress and (i + 1) % max(1, s.steps // 4) == 0:
             progress(f"  context {context}: {i + 1}/{s.steps} steps")
     sess.restore(context, context + 1)
@@ -384,8 +389,11 @@ def growth(summaries: list[dict]) -> list[dict]:
     return [step] + rows
 
 
-def profile(s: Settings, progress: Callable[[str], None] | None = None) -> tuple[dict, list[Run]]:
-    """Run everything the settings ask for; returns (result document, raw runs)."""
+def profile(s: Settings, progress: Callable[[str], None] | None = None,
+            live: Callable[[dict, list[dict]], None] | None = None,
+            live_interval: float = 0.5) -> tuple[dict, list[Run]]:
+    """Run everything the settings ask for; returns (result document, raw runs).
+    live (if given) gets (header, partial per-graph summaries) at most every live_interval s."""
     note = progress or (lambda _msg: None)
     validate(s)
     atts = [resolve_attention(a, s.cache) for a in s.attention]
@@ -404,6 +412,18 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None) -> tuple
          f"allocating {_gib(plan['total_bytes'])}")
     record_ns = decode.record_cost_ns()
     roof = roofline_numbers(s)
+    head = {"model": s.shape.as_dict(), "weights": s.weights, "cache": s.cache,
+            "threads": threads, "kernels": {a.label: a.kernel for a in atts}, "roofline": roof}
+    on_step = None
+    if live is not None:
+        last = [0.0]
+
+        def on_step(rs: list[Run]) -> None:
+            now = time.monotonic()
+            if now - last[0] >= live_interval:
+                last[0] = now
+                live(head, [summarize(r, s, record_ns, roof) for r in rs])
+
     sess = Session(s, plan["capacity"])
     try:
         checks, runs, summaries, abs_ = [], [], {}, []
@@ -416,7 +436,7 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None) -> tuple
             note(f"context {ctx}: {' vs '.join(a.title for a in atts)}, "
                  f"{s.warmup} warm-up + {s.steps} steps (outputs agree: "
                  f"rel err {chk['rel_err']:.2g})")
-            rs = measure(sess, atts, ctx, progress)
+            rs = measure(sess, atts, ctx, None if live else progress, on_step)
             runs.extend(rs)
             for r in rs:
                 summaries[(r.attention.label, ctx)] = summarize(r, s, record_ns, roof)
@@ -436,13 +456,10 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None) -> tuple
 
     contexts = sorted(set(s.contexts))
     primary = summaries[(atts[0].label, contexts[-1])]
-    doc = {
-        "model": s.shape.as_dict(), "weights": s.weights, "cache": s.cache,
-        "threads": threads, "steps": s.steps, "warmup": s.warmup, "seed": s.seed,
+    doc = head | {
+        "steps": s.steps, "warmup": s.warmup, "seed": s.seed,
         "capacity": plan["capacity"], "memory": plan, "rope": s.rope_style,
-        "attention": [a.label for a in atts],
-        "kernels": {a.label: a.kernel for a in atts},
-        "record_cost_ns": record_ns, "roofline": roof,
+        "attention": [a.label for a in atts], "record_cost_ns": record_ns,
         # the contract: the first graph at the largest context
         "graph": primary["attention"], "context": primary["context"],
         "step_ms": primary["step_ms"], "ops": primary["ops"], "kinds": primary["kinds"],
