@@ -338,9 +338,13 @@ def summarize(run: Run, s: Settings, record_ns: float, roof: dict | None) -> dic
         "unattributed_share": stats.median(unattr) / step_med if step_med > 0 else float("nan"),
         "overhead_ms": overhead_ms,
         "overhead_pct": 100.0 * overhead_ms / step_med if step_med > 0 else float("nan"),
+        # an upper bound: all time outside the ops plus the calibrated bookkeeping
+        "overhead_upper_ms": max(stats.median(unattr), 0.0) + overhead_ms,
+        "overhead_upper_pct": (100.0 * (max(stats.median(unattr), 0.0) + overhead_ms) / step_med
+                               if step_med > 0 else float("nan")),
         "untimed_step_ms": stats.median(untimed) if untimed.size else None,
         "untimed_steps": int(untimed.size),
-        "n_ops_per_step": len(run.ops),
+        "n_ops_per_step": len(run.ops), "record_cost_ns": record_ns,
         "allocs_per_step": stats.median(rec[:, :, 2].sum(axis=1)),
         "alloc_bytes_per_step": stats.median(rec[:, :, 3].sum(axis=1)),
         "ops": ops, "kinds": kind_rows,
