@@ -23,11 +23,11 @@ def build_command(
 ) -> None:
     """Compile the native kernels into the build cache and say what was built where."""
     out = Output(json_out)
-    native.configure(cc=cc, cflags=cflags)
+    # the options apply to this build only: no process-wide state is changed
     if kernel is not None:
         res = native.build(native.user_kernel_spec(kernel), force=force, cc=cc, cflags=cflags)
     else:
-        res = native.build_lib(force=force)
+        res = native.build(native.lib_spec(), force=force, cc=cc, cflags=cflags)
         native.load(res)  # a build that does not import is not a build
     if json_out:
         out.emit_json(res.as_dict())
