@@ -217,8 +217,11 @@ def check_command(
                 setup["golden"] = str(golden_store.root.resolve())
             pool = WorkerPool(jobs=jobs, timeout=timeout, setup=setup)
             pool.run([(c, names) for c in cases], on_record)
-        if suite_name in EXTRA_SUITES or (suite_name == "default" and golden_store is None):
-            records += _cache_sizing_records(names, out)
+        if suite_name in EXTRA_SUITES or (suite_name == "default" and golden_store is None
+                                          and not dtype):
+            # -k filters these records by id too
+            records += [r for r in _cache_sizing_records(names, out)
+                        if not k or any(s_ in r["case"] for s_ in k)]
     seconds = time.perf_counter() - t0
 
     order = {c.id: i for i, c in enumerate(cases)}
