@@ -118,7 +118,8 @@ def _key(spec: BuildSpec, cc: list[str], cc_version: str, flags: list[str]) -> s
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
+def file_lock(path: Path):
+    """An exclusive flock on path (created if needed) for the duration of the block."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -204,7 +205,7 @@ def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
         key = _key(spec, cc_cmd, cc_version, flags)
         module_name = f"_{spec.stem}_{key}"
         dest = root / (module_name + _ext_suffix())
-        with _locked(root / (module_name + ".lock")):
+        with file_lock(root / (module_name + ".lock")):
             if dest.exists() and not force:
                 return BuildResult(module_name, dest, " ".join(cc_cmd), cc_version, flags, 0.0,
                                    True, n > 0)

@@ -12,9 +12,7 @@ native module name, so only the first call (or `refresh=True`) measures.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import fcntl
 import hashlib
 import importlib.metadata
 import json
@@ -379,18 +377,6 @@ def load_cached() -> dict | None:
     return data
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    """One measurement at a time per cache entry (parallel test workers, two shells)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _store(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -413,7 +399,7 @@ def roofline(refresh: bool = False, progress: Progress | None = None) -> dict:
         data = load_cached()
         if data is not None:
             return data | {"cached": True, "cache_path": str(path)}
-    with _locked(path.with_suffix(".lock")):
+    with build.file_lock(path.with_suffix(".lock")):
         if not refresh:  # another process may have measured while we waited
             data = load_cached()
             if data is not None:

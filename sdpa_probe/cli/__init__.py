@@ -19,22 +19,29 @@ app = typer.Typer(
 )
 
 
-def command(*args, **kwargs):
-    """app.command plus the error policy: a ProbeError is one line on stderr, exit 2."""
+def guarded(fn):
+    """The error policy of every command: a ProbeError is one line on stderr and its
+    exit code (2), an interrupt exits 130; never a traceback."""
+
+    @functools.wraps(fn)
+    def run(*a, **kw):
+        try:
+            return fn(*a, **kw)
+        except ProbeError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+
+    return run
+
+
+def command(*args, typer_app: typer.Typer | None = None, **kwargs):
+    """(typer_app or app).command plus the error policy of guarded()."""
 
     def wrap(fn):
-        @functools.wraps(fn)
-        def run(*a, **kw):
-            try:
-                return fn(*a, **kw)
-            except ProbeError as exc:
-                typer.echo(f"error: {exc}", err=True)
-                raise typer.Exit(exc.exit_code) from None
-            except KeyboardInterrupt:
-                typer.echo("interrupted", err=True)
-                raise typer.Exit(130) from None
-
-        return app.command(*args, **kwargs)(run)
+        return (typer_app or app).command(*args, **kwargs)(guarded(fn))
 
     return wrap
 

@@ -3,15 +3,13 @@ and `probe check --golden` use without recomputing the oracle (docs/golden.md)."
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .. import golden as g
-from ..errors import ProbeError
-from . import app
+from . import app, command
 from .output import Output
 
 golden_app = typer.Typer(
@@ -32,24 +30,7 @@ STATUS_STYLE = {"same": "green", "within": "green", "new": "cyan", "changed": "b
 
 
 def _command(name: str):
-    """golden_app.command plus the error policy of cli.command: a ProbeError is one
-    line on stderr and exit 2, never a traceback."""
-
-    def wrap(fn):
-        @functools.wraps(fn)
-        def run(*a, **kw):
-            try:
-                return fn(*a, **kw)
-            except ProbeError as exc:
-                typer.echo(f"error: {exc}", err=True)
-                raise typer.Exit(exc.exit_code) from None
-            except KeyboardInterrupt:
-                typer.echo("interrupted", err=True)
-                raise typer.Exit(130) from None
-
-        return golden_app.command(name)(run)
-
-    return wrap
+    return command(name, typer_app=golden_app)
 
 
 def _progress(out: Output, title: str) -> Progress:
