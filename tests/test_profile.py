@@ -177,6 +177,7 @@ def test_step_records_cover_the_step():
     (TINY + ["--attention", "nope"], "unknown attention"),
     (TINY + ["--cache", "i8", "--attention", "flash"], "does not read a i8 cache"),
     (TINY + ["--ab", "fused"], "two attention graphs"),
+    (TINY + ["--ab", "decomposed,fused", "--attention", "fused"], "drop --attention"),
     (TINY + ["--weights", "bf16"], "--weights"),
     (["--custom", "--layers", "200", "--hidden", "16384", "--heads", "128", "--kv-heads", "8",
       "--head-dim", "128", "--ffn", "65536"], "out of memory"),

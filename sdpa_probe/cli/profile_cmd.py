@@ -39,10 +39,11 @@ def profile_command(
     weights: str = typer.Option("f16", "--weights", help="Weight dtype: f32 or f16."),
     cache: str = typer.Option("f16", "--cache", help="KV cache dtype: f32, f16 or i8 "
                               "(per token and head, with zero point)."),
-    attention: str = typer.Option("fused", "--attention", "-a",
+    attention: str = typer.Option(None, "--attention", "-a",
                                   help="decomposed (torch-style export graph), fused (flash "
                                        "reading the cache; quant_int8 for an i8 cache) or any "
-                                       "registered kernel (kernel:NAME if it clashes)."),
+                                       "registered kernel (kernel:NAME if it clashes); "
+                                       "default fused."),
     ab: str = typer.Option(None, "--ab", help="A,B: interleaved A/B of two attention graphs, "
                            "e.g. decomposed,fused."),
     context: str = typer.Option("1000", "--context", "-c",
@@ -81,12 +82,14 @@ def profile_command(
     shape = models.resolve(model, custom, {
         "layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads,
         "head_dim": head_dim, "ffn": ffn}, vocab)
+    if ab is not None and attention is not None:
+        raise ProbeError("--ab A,B picks both attention graphs; drop --attention")
     if ab is not None:
         labels = tuple(x.strip() for x in ab.split(",") if x.strip())
         if len(labels) != 2:
             raise ProbeError("--ab wants two attention graphs, e.g. --ab decomposed,fused")
     else:
-        labels = (attention,)
+        labels = (attention or "fused",)
     settings = runner.Settings(
         shape=shape, weights=weights, cache=cache, attention=labels, ab=ab is not None,
         contexts=_int_list(context, "--context"), steps=steps, warmup=warmup, threads=threads,
