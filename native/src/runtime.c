@@ -175,8 +175,23 @@ int sdpa_probe_default_threads(void) {
 
 /* ---- thread pool ------------------------------------------------------
  * Workers spin briefly on a generation counter, then sleep on a condition
- * variable. Tasks are handed out by an atomic counter. The calling thread
- * works too. A pool inherited through fork() is rebuilt in the child. */
+ * variable. A call posts a job (on the caller's stack); tasks are handed out
+ * by the job's atomic counter and the calling thread works too. The caller
+ * waits for the tasks, not for the workers: a worker that was descheduled and
+ * never picked the job up cannot stall the call. Once every task is done the
+ * job is closed (no late pick-ups) and the caller waits only for the workers
+ * that did pick it up. A pool inherited through fork() is rebuilt in the child. */
+
+typedef struct {
+  sdpa_probe_task_fn fn;
+  void *ctx;
+  int64_t n_tasks;
+  int max_thread;          /* worker ids 1..max_thread-1 may take part */
+  int open;                /* under pool.mu */
+  _Atomic int64_t next;
+  _Atomic int64_t finished;
+  _Atomic int refs;        /* workers inside the job */
+} job_t;
 
 typedef struct {
   pthread_mutex_t mu;
@@ -185,12 +200,7 @@ typedef struct {
   int n_workers;
   pthread_t th[SDPA_PROBE_MAX_THREADS];
   _Atomic uint64_t gen;
-  sdpa_probe_task_fn fn;
-  void *ctx;
-  int64_t n_tasks;
-  int n_active;
-  _Atomic int64_t next;
-  _Atomic int done;
+  job_t *job;              /* under mu */
   pid_t pid;
 } pool_t;
 
@@ -198,12 +208,12 @@ static pool_t g_pool;
 static pthread_mutex_t g_pool_init_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Thread_local int t_in_pool;
 
-static void run_tasks(sdpa_probe_task_fn fn, void *ctx, int64_t n_tasks, _Atomic int64_t *next,
-                      int thread) {
+static void run_tasks(job_t *j, int thread) {
   for (;;) {
-    int64_t t = atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
-    if (t >= n_tasks) break;
-    fn(ctx, t, thread);
+    int64_t t = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+    if (t >= j->n_tasks) break;
+    j->fn(j->ctx, t, thread);
+    atomic_fetch_add_explicit(&j->finished, 1, memory_order_release);
   }
 }
 
@@ -226,14 +236,13 @@ static void *worker_main(void *arg) {
     }
     pthread_mutex_lock(&g_pool.mu);
     seen = atomic_load(&g_pool.gen);
-    sdpa_probe_task_fn fn = g_pool.fn;
-    void *ctx = g_pool.ctx;
-    int64_t n_tasks = g_pool.n_tasks;
-    int active = id < g_pool.n_active;
+    job_t *j = g_pool.job;
+    if (j && (!j->open || id >= j->max_thread)) j = NULL;
+    if (j) atomic_fetch_add_explicit(&j->refs, 1, memory_order_relaxed);
     pthread_mutex_unlock(&g_pool.mu);
-    if (active) {
-      run_tasks(fn, ctx, n_tasks, &g_pool.next, id);
-      atomic_fetch_add_explicit(&g_pool.done, 1, memory_order_acq_rel);
+    if (j) {
+      run_tasks(j, id);
+      atomic_fetch_sub_explicit(&j->refs, 1, memory_order_release);
     }
   }
   return NULL;
@@ -244,6 +253,7 @@ static void pool_reset_locked(void) {
   pthread_cond_init(&g_pool.cv, NULL);
   pthread_mutex_init(&g_pool.call_mu, NULL);
   g_pool.n_workers = 0;
+  g_pool.job = NULL;
   atomic_store(&g_pool.gen, 0);
   g_pool.pid = getpid();
 }
@@ -267,6 +277,12 @@ static int pool_ensure(int want) {
   return have;
 }
 
+static void spin_until(_Atomic int64_t *counter, int64_t target) {
+  int spins = 0;
+  while (atomic_load_explicit(counter, memory_order_acquire) < target)
+    if (++spins > 2000) sched_yield();
+}
+
 void sdpa_probe_parallel_for(int n_threads, int64_t n_tasks, sdpa_probe_task_fn fn, void *ctx) {
   if (n_tasks <= 0) return;
   if (n_threads > n_tasks) n_threads = (int)n_tasks;
@@ -280,24 +296,32 @@ void sdpa_probe_parallel_for(int n_threads, int64_t n_tasks, sdpa_probe_task_fn 
     return;
   }
   if (n_threads - 1 > workers) n_threads = workers + 1;
+  job_t job;
+  job.fn = fn;
+  job.ctx = ctx;
+  job.n_tasks = n_tasks;
+  job.max_thread = n_threads;
+  job.open = 1;
+  atomic_init(&job.next, 0);
+  atomic_init(&job.finished, 0);
+  atomic_init(&job.refs, 0);
   pthread_mutex_lock(&g_pool.call_mu);
   pthread_mutex_lock(&g_pool.mu);
-  g_pool.fn = fn;
-  g_pool.ctx = ctx;
-  g_pool.n_tasks = n_tasks;
-  g_pool.n_active = n_threads; /* worker ids 1..n_threads-1 take part */
-  atomic_store(&g_pool.next, 0);
-  atomic_store(&g_pool.done, 0);
+  g_pool.job = &job;
   atomic_fetch_add_explicit(&g_pool.gen, 1, memory_order_release);
   pthread_cond_broadcast(&g_pool.cv);
   pthread_mutex_unlock(&g_pool.mu);
 
   t_in_pool = 1;
-  run_tasks(fn, ctx, n_tasks, &g_pool.next, 0);
+  run_tasks(&job, 0);
   t_in_pool = 0;
+  spin_until(&job.finished, n_tasks);
+  pthread_mutex_lock(&g_pool.mu);
+  job.open = 0;
+  g_pool.job = NULL;
+  pthread_mutex_unlock(&g_pool.mu);
   int spins = 0;
-  while (atomic_load_explicit(&g_pool.done, memory_order_acquire) < n_threads - 1) {
+  while (atomic_load_explicit(&job.refs, memory_order_acquire) > 0)
     if (++spins > 2000) sched_yield();
-  }
   pthread_mutex_unlock(&g_pool.call_mu);
 }
