@@ -304,3 +304,17 @@ def test_repro_shows_map_and_saves(tmp_path):
     res = runner.invoke(app, ["check", "--kernel", str(bad), "--repro", case_id, "--save",
                               str(save)])
     assert res.exit_code == 2 and "--force" in res.output
+
+
+def test_prebuilt_shared_library_kernel(tmp_path):
+    """--kernel also takes a .so exporting sdpa_forward (linked through an API-mode shim)."""
+    import subprocess
+
+    from sdpa_probe.build import INCLUDE_DIR
+
+    so = tmp_path / "libminimal.so"
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", f"-I{INCLUDE_DIR}", str(EXAMPLE_KERNEL),
+                    "-o", str(so), "-lm"], check=True)
+    backend = NativeBackend("so", load_user_kernel(so))
+    case = Case("so", q_len=3, kv_len=70, causal=True, start_pos=67)
+    assert run_one(backend, case, prepare_case(case))["status"] == "pass"
