@@ -13,7 +13,8 @@
  *       the window with a cast, re-ropes it, materialises the GQA broadcast,
  *       packs K, then QK^T, softmax, PV (the torch-style export);
  *   SDPA_PROBE_GRAPH_KERNEL  K is roped once at write; a registered SDPA
- *       kernel (sdpa_probe_kernel_forward(kernel_index)) reads the cache as is.
+ *       kernel (sdpa_probe_kernel_forward(kernel_index)), or any sdpa_forward
+ *       set with sdpa_probe_decode_set_forward, reads the cache as is.
  *
  * Both graphs see the same logical history (sdpa_probe_decode_fill_history)
  * and so produce the same logits up to rounding.
@@ -63,11 +64,21 @@ void sdpa_probe_decode_model_free(sdpa_probe_decode_model *m);
 int64_t sdpa_probe_decode_state_bytes(const sdpa_probe_decode_config *cfg, int32_t graph,
                                       int32_t cache_dtype, int64_t capacity);
 /* cache_dtype: SDPA_F32, SDPA_F16 or SDPA_I8 (per token and head, with zero
- * point); capacity: positions the cache holds. The state keeps a pointer to m. */
+ * point); capacity: positions the cache holds. kernel_index: a registered
+ * kernel for SDPA_PROBE_GRAPH_KERNEL, or -1 when the attention will come from
+ * sdpa_probe_decode_set_forward. The state keeps a pointer to m. */
 int sdpa_probe_decode_state_new(const sdpa_probe_decode_model *m, int32_t graph,
                                 int64_t kernel_index, int32_t cache_dtype, int64_t capacity,
                                 int32_t n_threads, sdpa_probe_decode_state **out);
 void sdpa_probe_decode_state_free(sdpa_probe_decode_state *s);
+
+/* The attention of an SDPA_PROBE_GRAPH_KERNEL state as a function pointer
+ * (e.g. a user kernel's sdpa_forward from another shared library) called
+ * instead of the registered kernel; NULL goes back to kernel_index. A state
+ * made with kernel_index -1 steps only once a forward is set. SDPA_INVALID
+ * for a decomposed state. The caller keeps fn's library loaded. */
+typedef int (*sdpa_probe_forward_fn)(const sdpa_args *args);
+int sdpa_probe_decode_set_forward(sdpa_probe_decode_state *s, sdpa_probe_forward_fn fn);
 
 /* The ops of one step, in execution order: name, kind and layer (-1: outside
  * the layers). The pointers live as long as the state. */

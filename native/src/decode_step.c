@@ -193,6 +193,7 @@ struct sdpa_probe_decode_state {
   op_info *ops;
   int64_t n_ops, ops_cap, next_token;
   int enumerating;
+  sdpa_probe_forward_fn forward; /* set: called instead of the registered kernel */
 };
 
 /* sizes (in floats) of the scratch buffers, in the order of the state's fields */
@@ -273,8 +274,9 @@ int sdpa_probe_decode_state_new(const sdpa_probe_decode_model *m, int32_t graph,
   *out = NULL;
   if (!m || sdpa_probe_decode_state_bytes(&m->cfg, graph, cache_dtype, capacity) < 0)
     return SDPA_INVALID;
+  /* -1: no registered kernel; the attention comes from sdpa_probe_decode_set_forward */
   if (graph == SDPA_PROBE_GRAPH_KERNEL &&
-      (kernel_index < 0 || kernel_index >= sdpa_probe_kernel_count()))
+      (kernel_index < -1 || kernel_index >= sdpa_probe_kernel_count()))
     return SDPA_INVALID;
   const sdpa_probe_decode_config *c = &m->cfg;
   sdpa_probe_decode_state *s = (sdpa_probe_decode_state *)calloc(1, sizeof *s);
@@ -337,6 +339,12 @@ oom:
 invalid:
   sdpa_probe_decode_state_free(s);
   return SDPA_INVALID;
+}
+
+int sdpa_probe_decode_set_forward(sdpa_probe_decode_state *s, sdpa_probe_forward_fn fn) {
+  if (!s || s->graph != SDPA_PROBE_GRAPH_KERNEL) return SDPA_INVALID;
+  s->forward = fn;
+  return SDPA_OK;
 }
 
 int64_t sdpa_probe_decode_op_count(const sdpa_probe_decode_state *s) { return s ? s->n_ops : -1; }
@@ -463,6 +471,7 @@ static int op_sdpa_kernel(sdpa_probe_decode_state *s, int64_t l, int64_t len) {
   a.start_pos = len - 1;
   a.scale = 0.0f;
   a.n_threads = s->nt;
+  if (s->forward) return s->forward(&a);
   return sdpa_probe_kernel_forward(s->kernel_index, &a);
 }
 
@@ -558,6 +567,8 @@ int sdpa_probe_decode_step(sdpa_probe_decode_state *s, int64_t token, int64_t po
                            int64_t *step_ns) {
   if (!s || token < 0 || token >= s->m->cfg.vocab || pos < 0 || pos >= s->capacity)
     return SDPA_INVALID;
+  if (s->graph == SDPA_PROBE_GRAPH_KERNEL && !s->forward && s->kernel_index < 0)
+    return SDPA_INVALID; /* neither a registered kernel nor a forward */
   int64_t t0 = now_ns();
   int st = run_step(s, token, pos, records);
   int64_t t1 = now_ns();
