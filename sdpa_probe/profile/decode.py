@@ -49,6 +49,14 @@ def _config(ffi, shape: ModelShape, weight_dtype: str, seed: int, threads: int,
     return cfg
 
 
+def _native(lib):
+    """(ffi, lib) of a build (builds.Build, anything with .ffi and .lib) or the default one."""
+    if lib is None:
+        ffi, lib_, _ = native.native_lib()
+        return ffi, lib_
+    return lib.ffi, lib.lib
+
+
 def model_bytes(shape: ModelShape, weight_dtype: str) -> int:
     ffi, lib, _ = native.native_lib()
     return int(lib.sdpa_probe_decode_model_bytes(_config(ffi, shape, weight_dtype, 0, 0, "half")))
@@ -60,19 +68,20 @@ def state_bytes(shape: ModelShape, graph: int, cache_dtype: str, capacity: int) 
     return int(lib.sdpa_probe_decode_state_bytes(cfg, graph, CACHE_DTYPES[cache_dtype], capacity))
 
 
-def record_cost_ns(iters: int = 200000) -> float:
+def record_cost_ns(iters: int = 200000, build=None) -> float:
     """Cost of the per-op bookkeeping (two clock reads, two allocation-counter reads)."""
-    _, lib, _ = native.native_lib()
+    _, lib = _native(build)
     lib.sdpa_probe_decode_record_cost_ns(1000)  # warm the vDSO path
     return min(float(lib.sdpa_probe_decode_record_cost_ns(iters)) for _ in range(3))
 
 
 class DecodeModel:
-    """Random weights for a shape (a deterministic function of seed)."""
+    """Random weights for a shape (a deterministic function of seed), in the native
+    library of `build` (a builds.Build; None: the default build)."""
 
     def __init__(self, shape: ModelShape, weight_dtype: str = "f16", seed: int = 0,
-                 threads: int = 0, rope_style: str = "half"):
-        ffi, lib, _ = native.native_lib()
+                 threads: int = 0, rope_style: str = "half", build=None):
+        ffi, lib = _native(build)
         self.ffi, self.lib = ffi, lib
         self.shape, self.weight_dtype, self.rope_style = shape, weight_dtype, rope_style
         self._cfg = _config(ffi, shape, weight_dtype, seed, threads, rope_style)
@@ -90,7 +99,8 @@ class DecodeState:
     """One attention graph's KV caches and scratch over a model.
 
     graph GRAPH_DECOMPOSED: the torch-style export graph built from blocks;
-    GRAPH_KERNEL: kernel_index (a registered SDPA kernel) reading the roped cache."""
+    GRAPH_KERNEL: kernel_index (a registered SDPA kernel) reading the roped cache, or
+    kernel_index -1 and then set_forward() with any sdpa_forward's address."""
 
     def __init__(self, model: DecodeModel, graph: int, kernel_index: int, cache_dtype: str,
                  capacity: int, threads: int = 0):
@@ -116,6 +126,13 @@ class DecodeState:
         self._next = ffi.new("int64_t *")
         self._logits = np.zeros(model.shape.vocab, np.float32)
         self._logits_ptr = ffi.from_buffer("float[]", self._logits)
+
+    def set_forward(self, address: int, keep=None) -> None:
+        """Call the sdpa_forward at this address (e.g. a user kernel's, from its own cffi
+        module) in the attention slot; keep holds whatever keeps that code loaded."""
+        fn = self.ffi.cast("sdpa_probe_forward_fn", address)
+        _status(self.lib.sdpa_probe_decode_set_forward(self._ptr, fn), "setting the kernel")
+        self._forward_keep = keep
 
     def fill_history(self, begin: int, end: int, seed: int) -> None:
         _status(self.lib.sdpa_probe_decode_fill_history(self._ptr, begin, end,

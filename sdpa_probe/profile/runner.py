@@ -11,8 +11,8 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import native
-from ..errors import KernelError, ProbeError
-from . import decode, graph, stats
+from ..errors import KernelError, ProbeError, SdpaUnsupported
+from . import builds, decode, graph, stats
 from .models import ModelShape
 
 GRAPH_LABELS = ("decomposed", "fused")
@@ -22,38 +22,89 @@ GRAPH_LABELS = ("decomposed", "fused")
 CHECK_TOL = {"f32": 1e-3, "f16": 1e-2, "i8": 1e-1}
 
 
+USER = "user"  # the attention name of --kernel PATH
+
+
 @dataclasses.dataclass(frozen=True)
 class Attention:
-    label: str            # what the user asked for: decomposed, fused, or a kernel name
+    label: str            # what the user asked for: decomposed, fused, a kernel name, user;
+                          # with @CFLAGS: the same in a native build with those flags
     graph: int            # decode.GRAPH_DECOMPOSED or decode.GRAPH_KERNEL
     kernel_index: int = -1
-    kernel: str | None = None  # the registered kernel in the attention slot
+    kernel: str | None = None  # the kernel in the attention slot (user:FILE for --kernel)
+    cflags: str | None = None  # extra compiler flags of its native build (None: the default)
+    user: builds.UserKernel | None = None
+
+    @property
+    def base(self) -> str:
+        return split_build(self.label)[0]
+
+    @property
+    def build_label(self) -> str:
+        return builds.DEFAULT if self.cflags is None else self.cflags
 
     @property
     def title(self) -> str:
-        if self.kernel and self.label != self.kernel:
+        if self.kernel and self.base != self.kernel:
             return f"{self.label} ({self.kernel})"
         return self.label
 
 
-def resolve_attention(label: str, cache: str) -> Attention:
-    """decomposed | fused | KERNEL (any registered kernel; kernel:NAME for a name clash)."""
-    label = label.strip()
-    if label == "decomposed":
-        return Attention("decomposed", decode.GRAPH_DECOMPOSED)
-    kernels = native.builtin_kernels()
-    if label == "fused":
+def split_build(label: str) -> tuple[str, str | None]:
+    """GRAPH@CFLAGS -> (GRAPH, CFLAGS); no @ -> (GRAPH, None)."""
+    base, at, flags = label.strip().partition("@")
+    if not at:
+        return base.strip(), None
+    if not flags.strip():
+        raise ProbeError(f"{label!r}: no compiler flags after @ (e.g. fused@-O1)")
+    return base.strip(), " ".join(flags.split())
+
+
+def with_build(base: str, cflags: str | None) -> str:
+    return base if cflags is None else f"{base}@{cflags}"
+
+
+def resolve_attention(label: str, cache: str, kernel_path: str | None = None) -> Attention:
+    """decomposed | fused | KERNEL (any registered kernel; kernel:NAME for a name clash) |
+    user (the --kernel file), each optionally @CFLAGS (a native build with those flags)."""
+    label = " ".join(label.split())
+    base, cflags = split_build(label)
+    if base == "decomposed":
+        return Attention(label, decode.GRAPH_DECOMPOSED, cflags=cflags)
+    if base == USER:
+        if kernel_path is None:
+            raise ProbeError(f"attention {label!r} is the --kernel file: give --kernel PATH.c "
+                             "or PATH.so")
+        uk = builds.user_kernel(kernel_path, cflags)
+        return Attention(label, decode.GRAPH_KERNEL, -1, uk.name, cflags, uk)
+    kernels = native.builtin_kernels()  # the registry is the same in every build
+    if base == "fused":
         name = "quant_int8" if cache == "i8" else "flash"
     else:
-        name = label[len("kernel:"):] if label.startswith("kernel:") else label
+        name = base[len("kernel:"):] if base.startswith("kernel:") else base
     if name not in kernels:
-        raise ProbeError(f"unknown attention {label!r}; use decomposed, fused or a kernel: "
-                         + ", ".join(kernels))
+        raise ProbeError(f"unknown attention {label!r}; use decomposed, fused, user (with "
+                         "--kernel) or a kernel: " + ", ".join(kernels))
     k = kernels[name]
     if cache not in k.info.dtypes:
         raise ProbeError(f"kernel {name} does not read a {cache} cache (it takes "
                          f"{' '.join(k.info.dtypes)}); pick another --cache or --attention")
-    return Attention(label, decode.GRAPH_KERNEL, k.info.index, name)
+    return Attention(label, decode.GRAPH_KERNEL, k.info.index, name, cflags)
+
+
+def check_pairs(atts: list[Attention], cache: str,
+                kernel_path: str | None = None) -> list[tuple[Attention, Attention]]:
+    """The output checks: every non-decomposed attention against the decomposed graph of
+    its own build; a decomposed graph alone against the fused graph of its build."""
+    pairs = []
+    for a in atts:
+        if a.graph != decode.GRAPH_DECOMPOSED:
+            ref = resolve_attention(with_build("decomposed", a.cflags), cache)
+            pairs.append((ref, a))
+    if not pairs:
+        for a in atts:
+            pairs.append((a, resolve_attention(with_build("fused", a.cflags), cache)))
+    return pairs
 
 
 @dataclasses.dataclass
@@ -72,6 +123,7 @@ class Settings:
     pp: int = 0
     tg: int = 0
     rope_style: str = "half"
+    kernel_path: str | None = None  # --kernel: the user kernel behind attention `user`
     untimed_every: int = 4  # one untimed step per this many timed ones (overhead cross-check)
     roofline: bool = True
     token: int = 1
@@ -138,9 +190,11 @@ def required_capacity(s: Settings) -> int:
 
 def memory_plan(s: Settings, atts: list[Attention]) -> dict:
     cap = s.capacity or required_capacity(s)
-    mb = decode.model_bytes(s.shape, s.weights)
-    if mb < 0:
+    mb1 = decode.model_bytes(s.shape, s.weights)
+    if mb1 < 0:
         raise ProbeError("the model shape is too large to address")
+    n_builds = len({a.cflags for a in atts})
+    mb = mb1 * n_builds  # one copy of the weights per native build
     states = {}
     for a in atts:
         b = decode.state_bytes(s.shape, a.graph, s.cache, cap)
@@ -154,22 +208,32 @@ def memory_plan(s: Settings, atts: list[Attention]) -> dict:
                          f"{_gib(sum(states.values()))} = {_gib(total)}, but only "
                          f"{_gib(avail)} is available (try --weights f16, a smaller --vocab "
                          "or --cache-size)")
-    return {"weights_bytes": mb, "state_bytes": states, "total_bytes": total,
-            "available_bytes": avail, "capacity": cap}
+    return {"weights_bytes": mb, "builds": n_builds, "state_bytes": states,
+            "total_bytes": total, "available_bytes": avail, "capacity": cap}
 
 
 class Session:
-    """The model and one state per attention graph, all over the same weights and history."""
+    """One model per native build and one state per attention graph, all over the same
+    weights (a function of the seed) and the same history."""
 
     def __init__(self, s: Settings, capacity: int):
         self.s, self.capacity = s, capacity
-        self.model = decode.DecodeModel(s.shape, s.weights, s.seed, s.threads, s.rope_style)
+        self.models: dict[str | None, decode.DecodeModel] = {}
         self.states: dict[str, decode.DecodeState] = {}
+
+    def model(self, cflags: str | None) -> decode.DecodeModel:
+        if cflags not in self.models:
+            s = self.s
+            self.models[cflags] = decode.DecodeModel(s.shape, s.weights, s.seed, s.threads,
+                                                     s.rope_style, build=builds.get(cflags))
+        return self.models[cflags]
 
     def state(self, att: Attention) -> decode.DecodeState:
         if att.label not in self.states:
-            st = decode.DecodeState(self.model, att.graph, att.kernel_index, self.s.cache,
-                                    self.capacity, self.s.threads)
+            st = decode.DecodeState(self.model(att.cflags), att.graph, att.kernel_index,
+                                    self.s.cache, self.capacity, self.s.threads)
+            if att.user is not None:
+                st.set_forward(att.user.address, keep=att.user)
             st.fill_history(0, self.capacity, self.s.seed + 1)
             self.states[att.label] = st
         return self.states[att.label]
@@ -183,14 +247,20 @@ class Session:
         for st in self.states.values():
             st.close()
         self.states.clear()
-        self.model.close()
+        for m in self.models.values():
+            m.close()
+        self.models.clear()
 
 
 def _step(st: decode.DecodeState, att: Attention, token: int, pos: int, **kw):
     try:
         return st.step(token, pos, **kw)
     except KernelError as exc:
-        raise ProbeError(f"attention {att.title} failed at context {pos}: {exc}") from None
+        hint = ""
+        if isinstance(exc, SdpaUnsupported):
+            hint = f" (the kernel refused this call: a {st.cache_dtype} cache, GQA, strides)"
+        raise ProbeError(f"attention {att.title} failed at context {pos}: {exc}{hint}") \
+            from None
 
 
 def check_outputs(sess: Session, a: Attention, b: Attention, context: int) -> dict:
@@ -400,25 +470,34 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
     live (if given) gets (header, partial per-graph summaries) at most every live_interval s."""
     note = progress or (lambda _msg: None)
     validate(s)
-    atts = [resolve_attention(a, s.cache) for a in s.attention]
+    atts = [resolve_attention(a, s.cache, s.kernel_path) for a in s.attention]
     if len({a.label for a in atts}) != len(atts):
         raise ProbeError("--ab wants two different attention graphs")
-    # the output check compares with the other graph when only one is profiled
-    if len(atts) == 1:
-        other = "fused" if atts[0].label == "decomposed" else "decomposed"
-        check_pair = [atts[0], resolve_attention(other, s.cache)]
-    else:
-        check_pair = list(atts)
-    plan = memory_plan(s, list({a.label: a for a in atts + check_pair}.values()))
-    threads = s.threads or native.native_lib()[1].sdpa_probe_default_threads()
+    pairs = check_pairs(atts, s.cache, s.kernel_path)
+    every = list({a.label: a for a in atts + [x for p in pairs for x in p]}.values())
+    plan = memory_plan(s, every)
+    used = {a.cflags: builds.get(a.cflags) for a in every}  # builds other flags (cached)
+    threads = s.threads or used[atts[0].cflags].lib.sdpa_probe_default_threads()
     note(f"model {s.shape.name}: {s.shape.params() / 1e6:.0f}M weights ({s.weights}), "
          f"cache {s.cache} x {plan['capacity']} positions, {threads} thread(s); "
          f"allocating {_gib(plan['total_bytes'])}")
-    record_ns = decode.record_cost_ns()
+    record_ns = {c: decode.record_cost_ns(build=b) for c, b in used.items()}
     roof = roofline_numbers(s)
     head = {"model": s.shape.as_dict(), "weights": s.weights, "cache": s.cache,
-            "threads": threads, "kernels": {a.label: a.kernel for a in atts}, "roofline": roof}
+            "threads": threads, "kernels": {a.label: a.kernel for a in atts}, "roofline": roof,
+            "machine": builds.machine_meta(threads),
+            "builds": {b.label: b.meta() for b in used.values()},
+            "attention_builds": {a.label: a.build_label for a in every}}
+    users = {a.user.name: a.user.meta() for a in every if a.user is not None}
+    if users:
+        head["user_kernels"] = users
     on_step = None
+
+    def summary(r: Run) -> dict:
+        sm = summarize(r, s, record_ns[r.attention.cflags], roof)
+        b = used[r.attention.cflags]
+        return sm | {"build": b.label, "module": b.result.module_name}
+
     if live is not None:
         last = [0.0]
 
@@ -426,24 +505,27 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
             now = time.monotonic()
             if now - last[0] >= live_interval:
                 last[0] = now
-                live(head, [summarize(r, s, record_ns, roof) for r in rs])
+                live(head, [summary(r) for r in rs])
 
     sess = Session(s, plan["capacity"])
     try:
         checks, runs, summaries, abs_ = [], [], {}, []
         for ctx in sorted(set(s.contexts)):
-            chk = check_outputs(sess, check_pair[0], check_pair[1], ctx)
-            checks.append(chk)
-            if not chk["ok"]:
-                raise ProbeError(f"{chk['a']} and {chk['b']} disagree at context {ctx}: "
-                                 f"max |diff| / rms = {chk['rel_err']:.3g} > {chk['tol']}")
+            for ref, other in pairs:
+                chk = check_outputs(sess, ref, other, ctx)
+                checks.append(chk)
+                if not chk["ok"]:
+                    raise ProbeError(f"{other.title} disagrees with {ref.title} at context "
+                                     f"{ctx}: max |diff| / rms of the logits = "
+                                     f"{chk['rel_err']:.3g} > {chk['tol']}")
+            errs = ", ".join(f"{c['rel_err']:.2g}" for c in checks[-len(pairs):])
             note(f"context {ctx}: {' vs '.join(a.title for a in atts)}, "
-                 f"{s.warmup} warm-up + {s.steps} steps (outputs agree: "
-                 f"rel err {chk['rel_err']:.2g})")
+                 f"{s.warmup} warm-up + {s.steps} steps (outputs agree with the decomposed "
+                 f"graph: rel err {errs})")
             rs = measure(sess, atts, ctx, None if live else progress, on_step)
             runs.extend(rs)
             for r in rs:
-                summaries[(r.attention.label, ctx)] = summarize(r, s, record_ns, roof)
+                summaries[(r.attention.label, ctx)] = summary(r)
             if s.ab:
                 abs_.append(ab_summary(rs[0], rs[1]))
         rates = {"pp": [], "tg": []}
@@ -463,9 +545,10 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
     doc = head | {
         "steps": s.steps, "warmup": s.warmup, "seed": s.seed,
         "capacity": plan["capacity"], "memory": plan, "rope": s.rope_style,
-        "attention": [a.label for a in atts], "record_cost_ns": record_ns,
+        "attention": [a.label for a in atts], "record_cost_ns": record_ns[atts[0].cflags],
         # the contract: the first graph at the largest context
         "graph": primary["attention"], "context": primary["context"],
+        "contexts": contexts,
         "step_ms": primary["step_ms"], "ops": primary["ops"], "kinds": primary["kinds"],
         "unattributed_ms": primary["unattributed_ms"], "overhead_ms": primary["overhead_ms"],
         "overhead_pct": primary["overhead_pct"], "tokens_per_s": primary["tokens_per_s"],
