@@ -39,23 +39,88 @@ def _rate(x) -> str:
     return f"{x:.1f}" if x < 100 else f"{x:.0f}"
 
 
+SHOWN_FLAGS_SKIP = ("-Wall", "-pthread", "-std=c11")
+
+
+def short_cc(version: str) -> str:
+    """'gcc (Debian 12.2.0-14+deb12u1) 12.2.0' -> 'gcc 12.2.0'."""
+    parts = version.split()
+    if len(parts) >= 2:
+        return f"{parts[0]} {parts[-1]}"
+    return version or "?"
+
+
+def flags_text(flags: list[str]) -> str:
+    return " ".join(f for f in flags if f not in SHOWN_FLAGS_SKIP)
+
+
+def machine_line(doc: dict) -> str:
+    m = doc.get("machine")
+    if not m:
+        return ""
+    simd = "/".join(m.get("simd") or []) or "no SIMD flags seen"
+    load = m.get("loadavg")
+    text = (f"machine: {m['cpu']} ({simd}), {m['logical_cores']} logical cores, "
+            f"{doc['threads']} thread(s)")
+    if load:
+        text += f", load {load[0]:.2f} at start"
+    return text + f" | sdpa_probe {m['sdpa_probe']}, kernel ABI {m['abi_version']}"
+
+
+def build_line(doc: dict, attention: str) -> str:
+    """Compiler, flags and module of the build that ran `attention` (and its user kernel)."""
+    label = doc.get("attention_builds", {}).get(attention)
+    b = doc.get("builds", {}).get(label) if label else None
+    if not b:
+        return ""
+    text = (f"build: {short_cc(b['cc_version'])} {flags_text(b['flags'])} -> {b['module']}")
+    kern = doc["kernels"].get(attention) or ""
+    u = doc.get("user_kernels", {}).get(kern)
+    if u:
+        text += (f"\nuser kernel: {kern} (sha256 {u['sha256']}) {flags_text(u['flags'])} -> "
+                 f"{u['module']}")
+    return text
+
+
 def _title(doc: dict, sm: dict) -> str:
     m = doc["model"]
     kern = doc["kernels"].get(sm["attention"])
-    att = sm["attention"] + (f" ({kern})" if kern and kern != sm["attention"] else "")
-    return (f"decode step: {m['name']} ({m['layers']} layers, hidden {m['hidden']}, "
+    base = sm["attention"].partition("@")[0]
+    att = sm["attention"] + (f" ({kern})" if kern and kern != base else "")
+    text = (f"decode step: {m['name']} ({m['layers']} layers, hidden {m['hidden']}, "
             f"{m['heads']}/{m['kv_heads']} heads x {m['head_dim']}, ffn {m['ffn']}, vocab "
             f"{m['vocab']}) | weights {doc['weights']} | cache {doc['cache']} | attention {att} "
             f"| context {sm['context']} | {doc['threads']} thread(s) | {sm['steps']} steps")
+    for line in (machine_line(doc), build_line(doc, sm["attention"])):
+        if line:
+            text += "\n" + line
+    return text
 
 
-def op_table(doc: dict, sm: dict) -> Table:
+def _delta(now, before) -> Text:
+    if before is None:
+        return Text("new", style="yellow")
+    if now is None or not (math.isfinite(now) and math.isfinite(before)):
+        return Text("-")
+    d = now - before
+    pct = f" {100 * d / before:+.0f}%" if before > 1e-9 else ""
+    style = "green" if d < 0 else ("red" if d > 0 else None)
+    return Text(f"{d:+.3f}{pct}", style=style)
+
+
+def op_table(doc: dict, sm: dict, prev: dict | None = None, prev_name: str = "prev") -> Table:
+    """The per-op table of one (graph, context) summary; with prev (an earlier summary)
+    a column of the change in median ms against it (ops matched by name)."""
     roof = doc.get("roofline")
     t = Table(title=_title(doc, sm), title_justify="left", show_edge=False, pad_edge=False)
     t.add_column("op", style="bold")
     t.add_column("kind")
     t.add_column("calls", justify="right")
     t.add_column("median ms", justify="right")
+    if prev is not None:
+        t.add_column(f"Δ ms vs {prev_name}", justify="right", no_wrap=True)
+        prev_ops = {o["name"]: o["median_ms"] for o in prev["ops"]}
+        prev_kinds = {k["kind"]: k["median_ms"] for k in prev["kinds"]}
     t.add_column("IQR ms", justify="right")
     t.add_column("share", justify="right")
     t.add_column("", no_wrap=True, min_width=BAR_WIDTH)
@@ -67,8 +132,11 @@ def op_table(doc: dict, sm: dict) -> Table:
     t.add_column("alloc KiB/step", justify="right")
 
     def row(name, kind, calls, med, iq, share, gbs=None, gfs=None, rp=None, al=None, ab=None,
-            style=None):
-        cells = [name, kind, calls, _f(med), _f(iq), _f(share * 100, ".1f") + "%"
+            style=None, was=None):
+        cells = [name, kind, calls, _f(med)]
+        if prev is not None:
+            cells.append(_delta(med, was) if was != "" else Text(""))
+        cells += [_f(iq), _f(share * 100, ".1f") + "%"
                  if share is not None and math.isfinite(share) else "-",
                  Text(bar(share if share is not None else float("nan")), style="cyan"),
                  _rate(gbs), _rate(gfs)]
@@ -77,21 +145,29 @@ def op_table(doc: dict, sm: dict) -> Table:
         cells += [_f(al, ".0f", ""), _f(ab / 1024 if ab is not None else None, ".1f", "")]
         t.add_row(*cells, style=style)
 
+    def was(table: str, key: str):
+        if prev is None:
+            return ""
+        return (prev_ops if table == "op" else prev_kinds).get(key)
+
     for o in sm["ops"]:
         row(o["name"], o["kind"], str(o["calls"]), o["median_ms"], o["iqr_ms"], o["share"],
             o["gb_s"], o["gflop_s"], o["roofline_pct"], o["allocs_per_step"],
-            o["alloc_bytes_per_step"])
+            o["alloc_bytes_per_step"], was=was("op", o["name"]))
     t.add_section()
     for k in sm["kinds"]:
         row(f"[kind] {k['kind']}", f"{len(k['ops'])} op(s)", "", k["median_ms"], k["iqr_ms"],
-            k["share"], style="dim")
+            k["share"], style="dim", was=was("kind", k["kind"]))
     t.add_section()
     step = sm["step_ms"]["median"]
-    row("sum of ops", "", "", sm["op_sum_ms"], None, sm["op_sum_share"])
+    p = prev or {}
+    row("sum of ops", "", "", sm["op_sum_ms"], None, sm["op_sum_share"],
+        was=p.get("op_sum_ms", ""))
     row("unattributed", "step - ops", "", sm["unattributed_ms"], None,
-        sm["unattributed_share"])
+        sm["unattributed_share"], was=p.get("unattributed_ms", ""))
     row("step", "measured", "", step, sm["step_ms"]["iqr"], 1.0,
-        al=sm["allocs_per_step"], ab=sm["alloc_bytes_per_step"], style="bold")
+        al=sm["allocs_per_step"], ab=sm["alloc_bytes_per_step"], style="bold",
+        was=p["step_ms"]["median"] if prev else "")
     return t
 
 
@@ -159,7 +235,7 @@ def rate_table(doc: dict) -> Table:
     return t
 
 
-def render(doc: dict, out) -> None:
+def render(doc: dict, out, chart_by: str = "op", chart_top: int = 6) -> None:
     ctx = doc["context"]
     for sm in doc["runs"]:
         if sm["context"] != ctx:
@@ -172,6 +248,10 @@ def render(doc: dict, out) -> None:
         for label in doc["growth"]:
             out.print(growth_table(doc, label))
             out.print("")
+        from . import chart
+
+        width = max(24, min(out.out.width - 14, 90))
+        out.print(chart.text_chart(doc, chart_by, chart_top, width=width))
     if "ab" in doc:
         out.print(ab_table(doc))
         out.print(f"verdict at context {doc['ab']['context']}: {doc['ab']['summary']} "
@@ -199,13 +279,27 @@ def render(doc: dict, out) -> None:
 CSV_FIELDS = ["attention", "kernel", "context", "op", "kind", "calls", "median_ms", "iqr_ms",
               "mean_ms", "share", "bytes", "flops", "gb_s", "gflop_s", "roofline_pct",
               "allocs_per_step", "alloc_bytes_per_step", "step_median_ms", "step_iqr_ms"]
+# the machine and build of every row (repeated: a CSV has no header block)
+CSV_META = ["threads", "cpu", "build", "module", "cc", "cflags", "kernel_module",
+            "kernel_sha256"]
+
+
+def csv_meta(doc: dict, attention: str) -> dict:
+    m = doc.get("machine", {})
+    b = doc.get("builds", {}).get(doc.get("attention_builds", {}).get(attention), {})
+    u = doc.get("user_kernels", {}).get(doc["kernels"].get(attention) or "", {})
+    return {"threads": doc["threads"], "cpu": m.get("cpu", ""), "build": b.get("label", ""),
+            "module": b.get("module", ""), "cc": b.get("cc_version", ""),
+            "cflags": " ".join(b.get("flags", [])), "kernel_module": u.get("module", ""),
+            "kernel_sha256": u.get("sha256", "")}
 
 
 def csv_text(doc: dict) -> str:
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS + CSV_META, lineterminator="\n")
     w.writeheader()
     for sm in doc["runs"]:
+        meta = csv_meta(doc, sm["attention"])
         rows = [dict(o, op=o["name"]) for o in sm["ops"]]
         rows.append({"op": "(unattributed)", "kind": "", "calls": 0,
                      "median_ms": sm["unattributed_ms"], "share": sm["unattributed_share"]})
@@ -215,13 +309,34 @@ def csv_text(doc: dict) -> str:
                 "context": sm["context"],
                 **{k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS[3:-2]},
                 "step_median_ms": sm["step_ms"]["median"], "step_iqr_ms": sm["step_ms"]["iqr"],
+                **meta,
             })
     return buf.getvalue()
 
 
-def trace_doc(runs: list[Run], max_steps: int | None = None) -> dict:
+def trace_meta(doc: dict) -> dict:
+    """Flat string metadata for the trace's otherData (shown by chrome://tracing)."""
+    m = doc.get("machine", {})
+    meta = {"model": doc["model"]["name"], "weights": doc["weights"], "cache": doc["cache"],
+            "threads": str(doc["threads"]), "cpu": m.get("cpu", ""),
+            "simd": " ".join(m.get("simd", [])), "logical_cores": str(m.get("logical_cores")),
+            "os": m.get("os", ""), "sdpa_probe": m.get("sdpa_probe", ""),
+            "abi_version": str(m.get("abi_version", ""))}
+    for label, b in doc.get("builds", {}).items():
+        meta[f"build[{label}]"] = (f"{b['module']}: {b['cc_version']}, "
+                                   f"{' '.join(b['flags'])}")
+    for name, u in doc.get("user_kernels", {}).items():
+        meta[f"kernel[{name}]"] = (f"{u['module']}: {u['path']} sha256:{u['sha256']}, "
+                                   f"{' '.join(u['flags'])}")
+    for att, label in doc.get("attention_builds", {}).items():
+        meta[f"attention[{att}]"] = f"build {label}, kernel {doc['kernels'].get(att) or '-'}"
+    return meta
+
+
+def trace_doc(runs: list[Run], max_steps: int | None = None, doc: dict | None = None) -> dict:
     """Chrome trace (chrome://tracing, Perfetto): one process per (graph, context),
-    a complete event per step and per op, timestamps in microseconds."""
+    a complete event per step and per op, timestamps in microseconds; with doc, the
+    machine and builds as otherData and a label per process."""
     starts = [r.records()[:, :, 0].min() for r in runs if r.rec]
     t0 = int(min(starts)) if starts else 0
     events = []
@@ -231,6 +346,11 @@ def trace_doc(runs: list[Run], max_steps: int | None = None) -> dict:
             rec = rec[:max_steps]
         events.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
                        "args": {"name": f"{r.attention.title} @ context {r.context}"}})
+        if doc is not None:
+            b = doc.get("builds", {}).get(r.attention.build_label, {})
+            events.append({"name": "process_labels", "ph": "M", "pid": pid, "tid": 0,
+                           "args": {"labels": f"{b.get('module', '?')} "
+                                              f"{flags_text(b.get('flags', []))}"}})
         for si in range(rec.shape[0]):
             s_start = int(rec[si, 0, 0])
             s_end = int((rec[si, :, 0] + rec[si, :, 1]).max())
@@ -242,7 +362,10 @@ def trace_doc(runs: list[Run], max_steps: int | None = None) -> dict:
                       "ts": (int(rec[si, oi, 0]) - t0) / 1e3, "dur": int(rec[si, oi, 1]) / 1e3,
                       "args": {"layer": op.layer, "allocs": int(rec[si, oi, 2])}}
                 events.append(ev)
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
+    out = {"traceEvents": events, "displayTimeUnit": "ms"}
+    if doc is not None:
+        out["otherData"] = trace_meta(doc)
+    return out
 
 
 def write_text(path: str, text: str) -> None:
@@ -258,5 +381,5 @@ def write_text(path: str, text: str) -> None:
         raise ProbeError(f"cannot write {path}: {exc.strerror}") from None
 
 
-def write_trace(path: str, runs: list[Run]) -> None:
-    write_text(path, json.dumps(trace_doc(runs), separators=(",", ":")) + "\n")
+def write_trace(path: str, runs: list[Run], doc: dict | None = None) -> None:
+    write_text(path, json.dumps(trace_doc(runs, doc=doc), separators=(",", ":")) + "\n")

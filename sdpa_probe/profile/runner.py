@@ -160,6 +160,47 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
+MAX_CONTEXTS = 256
+
+
+def parse_contexts(text: str) -> tuple[int, ...]:
+    """--context: comma-separated token counts and START:STOP:STEP ranges (STOP included
+    when it is on the grid), mixed freely: "100,1000,2000", "500:4000:500",
+    "0,100:300:100". Sorted, duplicates dropped."""
+    vals: list[int] = []
+    for item in text.split(","):
+        item = item.strip().replace("_", "")
+        if not item:
+            continue
+        if ":" in item:
+            parts = item.split(":")
+            try:
+                a, b, step = (int(x) for x in parts)
+            except ValueError:
+                raise ProbeError(f"--context range {item!r} wants START:STOP:STEP integers, "
+                                 "e.g. 500:4000:500") from None
+            if step <= 0:
+                raise ProbeError(f"--context range {item!r}: STEP must be positive")
+            if b < a:
+                raise ProbeError(f"--context range {item!r}: STOP is below START")
+            if (b - a) // step + 1 > MAX_CONTEXTS:
+                raise ProbeError(f"--context range {item!r} has more than {MAX_CONTEXTS} "
+                                 "points")
+            vals.extend(range(a, b + 1, step))
+        else:
+            try:
+                vals.append(int(item))
+            except ValueError:
+                raise ProbeError("--context wants comma-separated integers or START:STOP:STEP "
+                                 f"ranges, got {text!r}") from None
+    if not vals:
+        raise ProbeError("--context is empty")
+    out = tuple(sorted(set(vals)))
+    if len(out) > MAX_CONTEXTS:
+        raise ProbeError(f"--context has more than {MAX_CONTEXTS} points")
+    return out
+
+
 def validate(s: Settings) -> None:
     """Everything checkable before any allocation; raises ProbeError."""
     if s.weights not in decode.WEIGHT_DTYPES:
