@@ -45,6 +45,8 @@ typedef struct sdpa_probe_alloc_record {
 void sdpa_probe_alloc_guard(int on);
 int64_t sdpa_probe_alloc_guard_records(sdpa_probe_alloc_record *out, int64_t max);
 int sdpa_probe_alloc_guard_test(int64_t bytes, int64_t write_from, int64_t write_to);
+int sdpa_probe_bench_loop(int64_t kernel_index, const sdpa_args *args, int64_t n_args,
+                          int64_t iters, double *seconds_out);
 """
 
 # Feature bits of enum sdpa_probe_feature, in bit order.

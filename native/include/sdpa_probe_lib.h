@@ -80,6 +80,13 @@ int64_t sdpa_probe_alloc_guard_records(sdpa_probe_alloc_record *out, int64_t max
  * the guard on; returns an sdpa_status. */
 int sdpa_probe_alloc_guard_test(int64_t bytes, int64_t write_from, int64_t write_to);
 
+/* Benchmark loop (`probe bench`): calls kernel `kernel_index` `iters` times, call i
+ * with args[i % n_args] (several argument sets rotate through buffers larger than
+ * the last-level cache), and stores each call's wall time in seconds_out[i] (may
+ * be NULL). Returns the first status other than SDPA_OK, or SDPA_OK. */
+int sdpa_probe_bench_loop(int64_t kernel_index, const sdpa_args *args, int64_t n_args,
+                          int64_t iters, double *seconds_out);
+
 /* Internal (not for Python): counted allocation and the thread pool. */
 void *sdpa_probe_malloc(int64_t bytes);
 void sdpa_probe_free(void *p);

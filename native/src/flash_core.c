@@ -5,29 +5,56 @@
  * block is read once for the whole group (GQA in-kernel, no broadcast copy).
  * Long kv ranges are split across tasks (split-k / flash-decoding) and the
  * partial softmax states merged afterwards, so batch-1 decode uses all threads.
+ *
+ * Two block paths share the task, merge and output code:
+ *
+ * - the fast path (head_dim a multiple of 8, K and V rows with unit dim
+ *   stride, dequantisation not per block): rows are processed in register
+ *   tiles of up to 4. Scores: for 8 / NR keys at a time, each K vector is
+ *   loaded (and converted from F16 / BF16 / I8 in registers) once for the NR
+ *   rows of the tile and FMA'd into NR x (8 / NR) accumulators, which one
+ *   transpose-add reduces to 8 scores. Softmax: vectorised max, exp and sum
+ *   over the block. P.V: the tile's output rows are held in registers for a
+ *   slice of head_dim while the block's V rows stream through. int8 K/V are
+ *   dequantised in registers: (x - zero_point) in int32, converted, the K
+ *   scale applied to the scores and the V scale folded into P. Nothing is
+ *   read past kv_len or past head_dim: a partial key group repeats its last
+ *   valid key and the extra lanes are discarded.
+ * - the generic path (any dim stride, any head_dim, the per-block allocating
+ *   int8 variant): K / V blocks are converted into F32 scratch first.
  */
 #include <math.h>
 #include <stdlib.h>
 
 #include "flash_core.h"
 
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define FC_X86 1
+#endif
+
 #define PAD16(n) (((n) + 15) & ~(int64_t)15)
+#define FC_TILE 4 /* rows per register tile */
+/* A task takes every kv head when a head has at most this many rows (G x q block). */
+#define FLASH_HEADS_TOGETHER_ROWS 16
 
 typedef struct {
   const sdpa_args *a;
   const flash_cfg *cfg;
   int64_t G, qb, kvb, n_qblocks, n_splits, split_len, R_max, D;
+  int64_t hc, n_hchunks;  /* kv heads per task, and chunks of them */
   float scale;
   int k_direct, v_direct; /* F32 with unit dim stride: read in place */
+  int fast;               /* the register-tiled block path */
   char *scratch;
   int64_t scratch_stride; /* bytes per thread */
-  float *partial;         /* split-k: [task][R_max][D + 2] */
+  float *partial;         /* split-k: [batch, kv head, query block, split][R_max][D + 2] */
   int status;
 } flash_ctx;
 
 void flash_cfg_defaults(flash_cfg *cfg, const sdpa_probe_flash_opts *opts) {
   cfg->q_block = FLASH_DEFAULT_Q_BLOCK;
-  cfg->kv_block = FLASH_DEFAULT_KV_BLOCK;
+  cfg->kv_block = 0; /* chosen from the shape */
   cfg->n_splits = 0;
   cfg->alloc_per_block = 0;
   cfg->plan = NULL;
@@ -41,13 +68,24 @@ void flash_cfg_defaults(flash_cfg *cfg, const sdpa_probe_flash_opts *opts) {
 static int64_t kvb_pad(int64_t kvb) { return PAD16(kvb); }
 
 static int64_t per_thread_floats(const flash_ctx *c) {
-  int64_t R = c->R_max, D = c->D, kvb = c->kvb;
-  int64_t n = 2 * PAD16(R * D) + 2 * PAD16(R) + PAD16(R * kvb_pad(kvb));
+  int64_t R = c->R_max, D = c->D, kvb = c->kvb, kvp = kvb_pad(kvb), RH = c->hc * R;
+  int64_t n = 2 * PAD16(RH * D) + 2 * PAD16(RH);
+  if (c->fast) {
+    n += FC_TILE * kvp; /* scores of one tile */
+    if (c->a->kv_len > 0 && (c->a->k.dtype == SDPA_I8 || c->a->v.dtype == SDPA_I8))
+      n += 4 * kvp;     /* per-key scales and zero points of a block */
+    return n;
+  }
+  n += PAD16(R * kvp);
   if (!c->cfg->alloc_per_block) {
     if (!c->k_direct) n += PAD16(kvb * D);
     if (!c->v_direct) n += PAD16(kvb * D);
   }
   return n;
+}
+
+static int fast_dtype(int32_t dt) {
+  return dt == SDPA_F32 || dt == SDPA_F16 || dt == SDPA_BF16 || dt == SDPA_I8;
 }
 
 static void setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
@@ -57,14 +95,24 @@ static void setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
   c->G = a->n_heads / a->n_kv_heads;
   c->qb = cfg->q_block < a->q_len ? cfg->q_block : a->q_len;
   if (c->qb < 1) c->qb = 1;
-  c->kvb = cfg->kv_block;
   c->n_qblocks = (a->q_len + c->qb - 1) / c->qb;
   c->R_max = c->G * c->qb;
+  /* Few rows per kv head (decode, short chunks): one task takes every kv head
+   * for its key range and streams K / V in memory order; otherwise one head. */
+  c->hc = c->R_max <= FLASH_HEADS_TOGETHER_ROWS ? a->n_kv_heads : 1;
+  c->n_hchunks = (a->n_kv_heads + c->hc - 1) / c->hc;
+  /* short key blocks when a block spans every head: the next block's rows, which
+   * are prefetched while this one runs, then still fit in L2 */
+  c->kvb = cfg->kv_block > 0 ? cfg->kv_block
+                             : (c->hc > 1 ? FLASH_DECODE_KV_BLOCK : FLASH_DEFAULT_KV_BLOCK);
   c->scale = sdpa_effective_scale(a);
   c->k_direct = a->k.dtype == SDPA_F32 && a->k.stride[3] == 1;
   c->v_direct = a->v.dtype == SDPA_F32 && a->v.stride[3] == 1;
+  c->fast = !cfg->alloc_per_block && c->D % 8 == 0 &&
+            (a->kv_len == 0 || (a->k.stride[3] == 1 && a->v.stride[3] == 1 &&
+                                fast_dtype(a->k.dtype) && fast_dtype(a->v.dtype)));
   int nt = sdpa_threads(a);
-  int64_t base = a->batch * a->n_kv_heads * c->n_qblocks;
+  int64_t base = a->batch * c->n_hchunks * c->n_qblocks;
   int64_t max_splits = (a->kv_len + c->kvb - 1) / c->kvb;
   if (max_splits < 1) max_splits = 1;
   int64_t ns = cfg->n_splits;
@@ -84,6 +132,263 @@ int64_t flash_scratch_bytes(const sdpa_args *a, const flash_cfg *cfg) {
   setup(&c, a, cfg);
   return per_thread_floats(&c) * (int64_t)sizeof(float);
 }
+
+/* ---- vector helpers of the fast path ------------------------------------ */
+
+SDPA_INLINE v8f fc_fma(v8f a, v8f b, v8f c) { /* a * b + c */
+#ifdef FC_X86
+  return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+#else
+  return a * b + c;
+#endif
+}
+
+SDPA_INLINE v8f fc_max(v8f a, v8f b) {
+#ifdef FC_X86
+  return (v8f)_mm256_max_ps((__m256)a, (__m256)b);
+#else
+  return v8f_select((v8i)(a > b), a, b);
+#endif
+}
+
+/* Lane i of the result is the sum of the lanes of a[i]. */
+SDPA_INLINE v8f fc_hsum8(const v8f *a) {
+#ifdef FC_X86
+  __m256 t0 = _mm256_hadd_ps((__m256)a[0], (__m256)a[1]);
+  __m256 t1 = _mm256_hadd_ps((__m256)a[2], (__m256)a[3]);
+  __m256 t2 = _mm256_hadd_ps((__m256)a[4], (__m256)a[5]);
+  __m256 t3 = _mm256_hadd_ps((__m256)a[6], (__m256)a[7]);
+  __m256 u0 = _mm256_hadd_ps(t0, t1);
+  __m256 u1 = _mm256_hadd_ps(t2, t3);
+  __m256 lo = _mm256_permute2f128_ps(u0, u1, 0x20);
+  __m256 hi = _mm256_permute2f128_ps(u0, u1, 0x31);
+  return (v8f)_mm256_add_ps(lo, hi);
+#else
+  v8f r;
+  for (int i = 0; i < 8; i++) r[i] = v8f_hsum(a[i]);
+  return r;
+#endif
+}
+
+SDPA_INLINE int64_t fc_isz(int DT) { return DT == SDPA_F32 ? 4 : DT == SDPA_I8 ? 1 : 2; }
+
+/* 8 consecutive elements of dtype DT at p as float; I8 gives (x - zp). */
+SDPA_INLINE v8f fc_ld(const char *p, const int DT, v8i zp) {
+  if (DT == SDPA_F32) return v8f_load((const float *)p);
+#ifdef FC_X86
+  if (DT == SDPA_F16) return (v8f)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+  if (DT == SDPA_BF16) {
+    __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return (v8f)_mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+  }
+  __m256i x = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+  return (v8f)_mm256_cvtepi32_ps(_mm256_sub_epi32(x, (__m256i)zp));
+#else
+  v8f r;
+  for (int i = 0; i < 8; i++) {
+    if (DT == SDPA_F16) r[i] = sdpa_f16_to_f32(((const uint16_t *)p)[i]);
+    else if (DT == SDPA_BF16) r[i] = sdpa_bf16_to_f32(((const uint16_t *)p)[i]);
+    else r[i] = (float)((int32_t)((const int8_t *)p)[i] - zp[i]);
+  }
+  return r;
+#endif
+}
+
+SDPA_INLINE v8i fc_set1i(int32_t x) { return (v8i){x, x, x, x, x, x, x, x}; }
+
+/* y[0:n] *= alpha (the same rounding as sdpa_scal, vectorised). */
+SDPA_INLINE void fc_scal(float *y, float alpha, int64_t n) {
+  v8f va = v8f_set1(alpha);
+  int64_t d = 0;
+  for (; d + 8 <= n; d += 8) v8f_store(y + d, v8f_load(y + d) * va);
+  for (; d < n; d++) y[d] *= alpha;
+}
+
+/* Software prefetch of the next key block. K / V rows are head_dim elements
+ * spaced a whole position (every kv head) apart: read one head at a time that
+ * is a strided walk the hardware prefetchers do not follow, and it reopens each
+ * DRAM page once per head. So while a block is processed, the next block's rows
+ * are prefetched in memory order (position-major, all heads of the task): a
+ * cursor that advances one row per key processed, K and V. */
+#define FC_PF_HINT 3
+typedef struct {
+  int linear;                     /* rows of a position are dense: walk bytes */
+  const char *kc, *kend, *vc, *vend; /* linear: cursors over the next block */
+  const char *k, *v;              /* per row: K / V element (b, 0, hk0, 0) */
+  int64_t ks1, ks2, vs1, vs2;     /* position and head strides, bytes */
+  int64_t kbytes, vbytes;         /* bytes of one K / V row */
+  int64_t nh;                     /* kv heads of the task */
+  int64_t j, h, j_end;            /* per row: next row (position j, head h); none at j_end */
+} fc_prefetch;
+
+SDPA_INLINE const char *fc_prefetch_lines(const char *p, const char *end, int64_t bytes) {
+  if (p + bytes <= end) {
+    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, FC_PF_HINT);
+    return p + bytes;
+  }
+  for (; p < end; p += 64) __builtin_prefetch(p, 0, FC_PF_HINT);
+  return p;
+}
+
+/* One K row's and one V row's worth of the next block. */
+SDPA_INLINE void fc_prefetch_step(fc_prefetch *pf) {
+  if (pf->linear) {
+    pf->kc = fc_prefetch_lines(pf->kc, pf->kend, pf->kbytes);
+    pf->vc = fc_prefetch_lines(pf->vc, pf->vend, pf->vbytes);
+    return;
+  }
+  if (pf->j >= pf->j_end) return;
+  const char *kr = pf->k + pf->j * pf->ks1 + pf->h * pf->ks2;
+  const char *vr = pf->v + pf->j * pf->vs1 + pf->h * pf->vs2;
+  for (int64_t o = 0; o < pf->kbytes; o += 64) __builtin_prefetch(kr + o, 0, FC_PF_HINT);
+  for (int64_t o = 0; o < pf->vbytes; o += 64) __builtin_prefetch(vr + o, 0, FC_PF_HINT);
+  if (++pf->h == pf->nh) {
+    pf->h = 0;
+    pf->j++;
+  }
+}
+
+/* Aim the cursor at the rows of positions [j, j_end) of the task's heads. */
+static void fc_prefetch_aim(fc_prefetch *pf, int64_t j, int64_t j_end) {
+  if (j_end < j) j_end = j;
+  if (pf->linear) {
+    pf->kc = pf->k + j * pf->ks1;
+    pf->kend = pf->k + j_end * pf->ks1;
+    pf->vc = pf->v + j * pf->vs1;
+    pf->vend = pf->v + j_end * pf->vs1;
+  }
+  pf->j = j;
+  pf->h = 0;
+  pf->j_end = j_end;
+}
+
+/* Scores of NR rows (Q, row stride D, pre-scaled) against keys [0, n) of a
+ * block (K: row stride ks bytes; kz: I8 zero points per key) into S (row
+ * stride sst; lanes up to the next multiple of 8 / NR get junk). */
+SDPA_INLINE void fc_scores(const int NR, const int DT, const float *SDPA_RESTRICT Q, int64_t D,
+                           const char *K, int64_t ks, const int32_t *kz, int64_t n,
+                           float *SDPA_RESTRICT S, int64_t sst, fc_prefetch *pf) {
+  const int KS = 8 / NR;
+  const int64_t isz = fc_isz(DT);
+  for (int64_t j = 0; j < n; j += KS) {
+    const char *kr[8];
+    v8i zk[8];
+    if (pf != NULL)
+      for (int k = 0; k < KS; k++) fc_prefetch_step(pf);
+#pragma GCC unroll 8
+    for (int k = 0; k < KS; k++) {
+      int64_t jj = j + k < n ? j + k : n - 1; /* never past the block's last key */
+      kr[k] = K + jj * ks;
+      zk[k] = DT == SDPA_I8 ? fc_set1i(kz[jj]) : fc_set1i(0);
+    }
+    v8f acc[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) acc[i] = v8f_set1(0.0f);
+    for (int64_t d = 0; d < D; d += 8) {
+      v8f kv[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < KS; k++) kv[k] = fc_ld(kr[k] + d * isz, DT, zk[k]);
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; r++) {
+        v8f qv = v8f_load(Q + r * D + d);
+#ifdef FC_X86
+        /* one load for the KS keys: Zen-class cores load 256 bits per cycle, so
+         * the FMAs must not each fold their own load of q */
+        if (KS > 1) __asm__("" : "+x"(qv));
+#endif
+#pragma GCC unroll 8
+        for (int k = 0; k < KS; k++) acc[r * KS + k] = fc_fma(qv, kv[k], acc[r * KS + k]);
+      }
+    }
+    v8f s = fc_hsum8(acc);
+#ifdef FC_X86
+    if (NR == 1) {
+      v8f_store(S + j, s);
+    } else if (NR == 2) {
+      _mm_storeu_ps(S + j, _mm256_castps256_ps128((__m256)s));
+      _mm_storeu_ps(S + sst + j, _mm256_extractf128_ps((__m256)s, 1));
+    } else {
+      __m128 lo = _mm256_castps256_ps128((__m256)s), hi = _mm256_extractf128_ps((__m256)s, 1);
+      _mm_storel_pi((__m64 *)(S + j), lo);
+      _mm_storeh_pi((__m64 *)(S + sst + j), lo);
+      _mm_storel_pi((__m64 *)(S + 2 * sst + j), hi);
+      _mm_storeh_pi((__m64 *)(S + 3 * sst + j), hi);
+    }
+#else
+    for (int r = 0; r < NR; r++)
+      for (int k = 0; k < KS; k++) S[r * sst + j + k] = s[r * KS + k];
+#endif
+  }
+}
+
+/* acc[r][d0 : d0 + 8 VC] += sum_j P[r][j] V[j][d0 : ...] for the NR rows. */
+SDPA_INLINE void fc_pv_chunk(const int NR, const int VC, const int DT, float *SDPA_RESTRICT acc,
+                             int64_t D, int64_t d0, const char *V, int64_t vs, const int32_t *vz,
+                             int64_t n, const float *SDPA_RESTRICT P, int64_t pst) {
+  const int64_t isz = fc_isz(DT);
+  v8f a[8];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+    for (int c = 0; c < VC; c++) a[r * VC + c] = v8f_load(acc + r * D + d0 + 8 * c);
+  const char *vr = V + d0 * isz;
+  for (int64_t j = 0; j < n; j++, vr += vs) {
+    v8i z = DT == SDPA_I8 ? fc_set1i(vz[j]) : fc_set1i(0);
+    v8f vv[8];
+#pragma GCC unroll 8
+    for (int c = 0; c < VC; c++) vv[c] = fc_ld(vr + 8 * c * isz, DT, z);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+      v8f p = v8f_set1(P[r * pst + j]);
+#pragma GCC unroll 8
+      for (int c = 0; c < VC; c++) a[r * VC + c] = fc_fma(p, vv[c], a[r * VC + c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+    for (int c = 0; c < VC; c++) v8f_store(acc + r * D + d0 + 8 * c, a[r * VC + c]);
+}
+
+SDPA_INLINE void fc_pv(const int NR, const int DT, float *SDPA_RESTRICT acc, int64_t D,
+                       const char *V, int64_t vs, const int32_t *vz, int64_t n,
+                       const float *SDPA_RESTRICT P, int64_t pst) {
+  const int VC = 8 / NR;
+  int64_t d = 0;
+  for (; d + 8 * VC <= D; d += 8 * VC) fc_pv_chunk(NR, VC, DT, acc, D, d, V, vs, vz, n, P, pst);
+  for (; d < D; d += 8) fc_pv_chunk(NR, 1, DT, acc, D, d, V, vs, vz, n, P, pst);
+}
+
+typedef void (*fc_scores_fn)(const float *, int64_t, const char *, int64_t, const int32_t *,
+                             int64_t, float *, int64_t, fc_prefetch *);
+typedef void (*fc_pv_fn)(float *, int64_t, const char *, int64_t, const int32_t *, int64_t,
+                         const float *, int64_t);
+
+#define FC_INST(NAME, DT, NR)                                                                \
+  static void scores_##NAME##_##NR(const float *Q, int64_t D, const char *K, int64_t ks,     \
+                                   const int32_t *kz, int64_t n, float *S, int64_t sst,      \
+                                   fc_prefetch *pf) {                                        \
+    fc_scores(NR, DT, Q, D, K, ks, kz, n, S, sst, pf);                                       \
+  }                                                                                          \
+  static void pv_##NAME##_##NR(float *acc, int64_t D, const char *V, int64_t vs,             \
+                               const int32_t *vz, int64_t n, const float *P, int64_t pst) {  \
+    fc_pv(NR, DT, acc, D, V, vs, vz, n, P, pst);                                             \
+  }
+#define FC_INST_DT(NAME, DT) FC_INST(NAME, DT, 1) FC_INST(NAME, DT, 2) FC_INST(NAME, DT, 4)
+FC_INST_DT(f32, SDPA_F32)
+FC_INST_DT(f16, SDPA_F16)
+FC_INST_DT(bf16, SDPA_BF16)
+FC_INST_DT(i8, SDPA_I8)
+
+/* indexed [dtype][nr] (nr 1, 2 or 4) */
+#define FC_ROW(NAME) {NULL, scores_##NAME##_1, scores_##NAME##_2, NULL, scores_##NAME##_4}
+static const fc_scores_fn k_scores[4][5] = {FC_ROW(f32), FC_ROW(f16), FC_ROW(bf16), FC_ROW(i8)};
+#undef FC_ROW
+#define FC_ROW(NAME) {NULL, pv_##NAME##_1, pv_##NAME##_2, NULL, pv_##NAME##_4}
+static const fc_pv_fn k_pv[4][5] = {FC_ROW(f32), FC_ROW(f16), FC_ROW(bf16), FC_ROW(i8)};
+#undef FC_ROW
+
+/* ---- the generic path ---------------------------------------------------- */
 
 /* acc[0:D] += sum_jj p[jj] * V[jj, 0:D], four vector accumulators in registers. */
 static void pv_accum(float *SDPA_RESTRICT acc, const float *SDPA_RESTRICT p, const float *v,
@@ -125,10 +430,139 @@ static void convert_block(const sdpa_tensor *t, int64_t b, int64_t j0, int64_t j
 
 typedef struct {
   float *Q, *acc, *m, *l, *S, *Kf, *Vf;
+  fc_prefetch *pf;   /* fast path: the task's prefetch cursor (NULL: none) */
+  float *ksc, *vsc;  /* fast path, I8: per-key scales of the block */
+  int32_t *kz, *vz;  /* fast path, I8: per-key zero points of the block */
 } thread_bufs;
+
+/* ---- the fast path: one key block for every row of the task ------------- */
+
+/* Online-softmax update of one row from its block scores s[0, n8) (keys at
+ * or past lim already hidden). Leaves P in s and returns the factor the row's
+ * accumulator must be rescaled by. */
+SDPA_INLINE float fc_softmax_row(float *SDPA_RESTRICT s, int64_t n8, float *m, float *l) {
+  const float neg_inf = -INFINITY;
+  v8f vmax = v8f_set1(neg_inf);
+  v8i vnan = fc_set1i(0);
+  for (int64_t j = 0; j < n8; j += 8) {
+    v8f x = v8f_load(s + j);
+    vmax = fc_max(vmax, x);
+    vnan |= (v8i)(x != x);
+  }
+#ifdef FC_X86
+  const int has_nan = _mm256_movemask_ps((__m256)vnan) != 0;
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128((__m256)vmax),
+                         _mm256_extractf128_ps((__m256)vmax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float bm = _mm_cvtss_f32(m4); /* meaningless with NaN about: has_nan decides then */
+#else
+  const float bm = v8f_hmax(vmax);
+  int has_nan = 0;
+  for (int i = 0; i < 8; i++) has_nan |= vnan[i] != 0;
+#endif
+  if (bm == neg_inf && !has_nan) { /* nothing visible in this block */
+    memset(s, 0, (size_t)n8 * sizeof(float));
+    return 1.0f;
+  }
+  float m_old = *m;
+  float m_new = bm > m_old ? bm : m_old;
+  if (has_nan) m_new = NAN; /* poison the row, as the reference would */
+  v8f vm = v8f_set1(m_new), vsum = v8f_set1(0.f);
+  for (int64_t j = 0; j < n8; j += 8) {
+    v8f e = v8f_exp(v8f_load(s + j) - vm);
+    v8f_store(s + j, e);
+    vsum += e;
+  }
+  float alpha = m_old == neg_inf ? 0.0f : (m_old == m_new ? 1.0f : sdpa_expf_fast(m_old - m_new));
+  *l = *l * alpha + v8f_hsum(vsum);
+  *m = m_new;
+  return alpha;
+}
+
+static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int64_t q0,
+                       int64_t qbr, int64_t j0, int64_t j1, int mask_is_zero) {
+  const sdpa_args *a = c->a;
+  const int64_t D = c->D, nk = j1 - j0, kvp = kvb_pad(c->kvb), R = c->G * qbr;
+  const int kdt = a->k.dtype, vdt = a->v.dtype;
+  const char *K = (const char *)a->k.data + sdpa_row_offset(&a->k, b, j0, hk) * fc_isz(kdt);
+  const char *V = (const char *)a->v.data + sdpa_row_offset(&a->v, b, j0, hk) * fc_isz(vdt);
+  const int64_t ks = a->k.stride[1] * fc_isz(kdt), vs = a->v.stride[1] * fc_isz(vdt);
+  if (kdt == SDPA_I8) {
+    for (int64_t j = 0; j < nk; j++) {
+      float sc;
+      int32_t zp;
+      sdpa_qparams(&a->k, b, j0 + j, hk, &sc, &zp);
+      tb->ksc[j] = sc;
+      tb->kz[j] = zp;
+    }
+    for (int64_t j = nk; j < kvp; j++) tb->ksc[j] = 0.0f;
+  }
+  if (vdt == SDPA_I8) {
+    for (int64_t j = 0; j < nk; j++) {
+      float sc;
+      int32_t zp;
+      sdpa_qparams(&a->v, b, j0 + j, hk, &sc, &zp);
+      tb->vsc[j] = sc;
+      tb->vz[j] = zp;
+    }
+    for (int64_t j = nk; j < kvp; j++) tb->vsc[j] = 0.0f;
+  }
+  const int use_mask = a->mask != NULL && !mask_is_zero;
+  const float neg_inf = -INFINITY;
+  for (int64_t t0 = 0, nr; t0 < R; t0 += nr) {
+    const int64_t left = R - t0;
+    nr = left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    int64_t lim[FC_TILE], n = 0;
+    for (int r = 0; r < nr; r++) {
+      const int64_t row = t0 + r, i = q0 + row % qbr;
+      int64_t l = nk;
+      if (a->is_causal) {
+        int64_t vis = a->start_pos + i + 1 - j0;
+        if (vis < l) l = vis;
+      }
+      lim[r] = l < 0 ? 0 : l;
+      if (lim[r] > n) n = lim[r];
+    }
+    if (n > 0) {
+      float *S = tb->S;
+      /* the first tile's pass also prefetches (its key loop is as long as any) */
+      k_scores[kdt][nr](tb->Q + t0 * D, D, K, ks, tb->kz, n, S, kvp, t0 == 0 ? tb->pf : NULL);
+      const int64_t n8 = (n + 7) & ~(int64_t)7;
+      for (int r = 0; r < nr; r++) {
+        float *s = S + r * kvp;
+        const int64_t row = t0 + r, i = q0 + row % qbr;
+        if (kdt == SDPA_I8)
+          for (int64_t j = 0; j < n8; j += 8) v8f_store(s + j, v8f_load(s + j) * v8f_load(tb->ksc + j));
+        if (use_mask) {
+          const float *mrow = a->mask + i * a->mask_row_stride + j0;
+          int64_t j = 0;
+          for (; j + 8 <= lim[r]; j += 8) v8f_store(s + j, v8f_load(s + j) + v8f_load(mrow + j));
+          for (; j < lim[r]; j++) s[j] += mrow[j];
+        }
+        for (int64_t j = lim[r]; j < n8; j++) s[j] = neg_inf;
+        float alpha = fc_softmax_row(s, n8, tb->m + row, tb->l + row);
+        if (vdt == SDPA_I8)
+          for (int64_t j = 0; j < n8; j += 8) v8f_store(s + j, v8f_load(s + j) * v8f_load(tb->vsc + j));
+        if (alpha != 1.0f) {
+          float *acc = tb->acc + row * D;
+          v8f va = v8f_set1(alpha);
+          for (int64_t d = 0; d < D; d += 8) v8f_store(acc + d, v8f_load(acc + d) * va);
+        }
+      }
+      k_pv[vdt][nr](tb->acc + t0 * D, D, V, vs, tb->vz, n, S, kvp);
+    }
+  }
+}
+
+/* ---- the generic path: one key block for every row of the task ---------- */
 
 static void process_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int64_t q0,
                           int64_t qbr, int64_t j0, int64_t j1, int mask_is_zero) {
+  if (c->fast) {
+    fast_block(c, tb, b, hk, q0, qbr, j0, j1, mask_is_zero);
+    return;
+  }
   const sdpa_args *a = c->a;
   const int64_t D = c->D, G = c->G, nk = j1 - j0, kvp = kvb_pad(c->kvb);
   const float *kp, *vp = NULL;
@@ -212,8 +646,20 @@ static void process_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, 
   }
 }
 
-static void visit_range(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int64_t q0,
-                        int64_t qbr, int64_t qbi, int64_t lo, int64_t hi) {
+/* The per-head slices of a task's buffers: head h_local of the task's chunk. */
+static thread_bufs head_bufs(const flash_ctx *c, const thread_bufs *all, int64_t h_local) {
+  thread_bufs tb = *all;
+  tb.Q += h_local * c->R_max * c->D;
+  tb.acc += h_local * c->R_max * c->D;
+  tb.m += h_local * c->R_max;
+  tb.l += h_local * c->R_max;
+  return tb;
+}
+
+/* Keys [lo, hi) in blocks; within a block, every kv head of the task in turn, so
+ * a task over all heads reads K / V in memory order (position-major layouts). */
+static void visit_range(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk0, int64_t nh,
+                        int64_t q0, int64_t qbr, int64_t qbi, int64_t lo, int64_t hi) {
   const flash_mask_plan *plan = c->cfg->plan;
   for (int64_t j0 = lo; j0 < hi; j0 += c->kvb) {
     int64_t j1 = j0 + c->kvb < hi ? j0 + c->kvb : hi;
@@ -222,7 +668,12 @@ static void visit_range(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, in
       const int32_t *zp = plan->zero_prefix + qbi * (c->a->kv_len + 1);
       zero = (zp[j1] - zp[j0]) == (int32_t)(j1 - j0);
     }
-    process_block(c, tb, b, hk, q0, qbr, j0, j1, zero);
+    if (tb->pf) /* while this block runs, bring in the next one */
+      fc_prefetch_aim(tb->pf, j1, j1 + c->kvb < hi ? j1 + c->kvb : hi);
+    for (int64_t h = 0; h < nh; h++) {
+      thread_bufs hb = head_bufs(c, tb, h);
+      process_block(c, &hb, b, hk0 + h, q0, qbr, j0, j1, zero);
+    }
   }
 }
 
@@ -235,7 +686,7 @@ static void write_rows(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
       int64_t r = g * qbr + ii;
       float *acc = tb->acc + r * D;
       float l = tb->l[r];
-      if (l > 0.0f) sdpa_scal(acc, 1.0f / l, D);
+      if (l > 0.0f) fc_scal(acc, 1.0f / l, D);
       else if (l == 0.0f) memset(acc, 0, (size_t)D * sizeof(float)); /* no visible key */
       else for (int64_t d = 0; d < D; d++) acc[d] = NAN;
       int64_t off = sdpa_row_offset(&a->out, b, q0 + ii, hk * c->G + g);
@@ -244,6 +695,13 @@ static void write_rows(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
   }
 }
 
+/* Index of the split-k partial state of (batch, kv head, query block, split). */
+static int64_t partial_index(const flash_ctx *c, int64_t b, int64_t hk, int64_t qbi,
+                             int64_t split) {
+  return ((b * c->a->n_kv_heads + hk) * c->n_qblocks + qbi) * c->n_splits + split;
+}
+
+/* Task t = (batch, chunk of kv heads, query block, kv split). */
 static void flash_task(void *vctx, int64_t t, int thread) {
   flash_ctx *c = (flash_ctx *)vctx;
   const sdpa_args *a = c->a;
@@ -251,34 +709,67 @@ static void flash_task(void *vctx, int64_t t, int thread) {
   int64_t split = t % c->n_splits, rest = t / c->n_splits;
   int64_t qbi = rest % c->n_qblocks;
   rest /= c->n_qblocks;
-  int64_t hk = rest % a->n_kv_heads, b = rest / a->n_kv_heads;
+  int64_t hci = rest % c->n_hchunks, b = rest / c->n_hchunks;
+  int64_t hk0 = hci * c->hc;
+  int64_t nh = a->n_kv_heads - hk0 < c->hc ? a->n_kv_heads - hk0 : c->hc;
   int64_t q0 = qbi * c->qb;
   int64_t qbr = a->q_len - q0 < c->qb ? a->q_len - q0 : c->qb;
-  int64_t R = c->G * qbr;
+  const int64_t kvp = kvb_pad(c->kvb), RH = c->hc * c->R_max;
 
   float *base = (float *)(c->scratch + (int64_t)thread * c->scratch_stride);
   thread_bufs tb;
+  memset(&tb, 0, sizeof tb);
   tb.Q = base;
-  tb.acc = tb.Q + PAD16(c->R_max * D);
-  tb.m = tb.acc + PAD16(c->R_max * D);
-  tb.l = tb.m + PAD16(c->R_max);
-  tb.S = tb.l + PAD16(c->R_max);
-  float *next = tb.S + PAD16(c->R_max * kvb_pad(c->kvb));
-  tb.Kf = tb.Vf = NULL;
-  if (!c->cfg->alloc_per_block) {
-    if (!c->k_direct) { tb.Kf = next; next += PAD16(c->kvb * D); }
-    if (!c->v_direct) { tb.Vf = next; }
+  tb.acc = tb.Q + PAD16(RH * D);
+  tb.m = tb.acc + PAD16(RH * D);
+  tb.l = tb.m + PAD16(RH);
+  tb.S = tb.l + PAD16(RH);
+  fc_prefetch pf;
+  if (c->fast && a->kv_len > 0) {
+    const int64_t ki = fc_isz(a->k.dtype), vi = fc_isz(a->v.dtype);
+    pf.k = (const char *)a->k.data + sdpa_row_offset(&a->k, b, 0, hk0) * ki;
+    pf.v = (const char *)a->v.data + sdpa_row_offset(&a->v, b, 0, hk0) * vi;
+    pf.ks1 = a->k.stride[1] * ki;
+    pf.ks2 = a->k.stride[2] * ki;
+    pf.vs1 = a->v.stride[1] * vi;
+    pf.vs2 = a->v.stride[2] * vi;
+    pf.kbytes = D * ki;
+    pf.vbytes = D * vi;
+    pf.nh = nh;
+    /* rows of one position for the task's heads back to back, positions too */
+    pf.linear = pf.ks2 == pf.kbytes && pf.vs2 == pf.vbytes && pf.ks1 == nh * pf.kbytes &&
+                pf.vs1 == nh * pf.vbytes;
+    fc_prefetch_aim(&pf, 0, 0);
+    tb.pf = &pf;
+  }
+  if (c->fast) {
+    float *next = tb.S + FC_TILE * kvp;
+    if (a->kv_len > 0 && (a->k.dtype == SDPA_I8 || a->v.dtype == SDPA_I8)) {
+      tb.ksc = next;
+      tb.vsc = next + kvp;
+      tb.kz = (int32_t *)(next + 2 * kvp);
+      tb.vz = (int32_t *)(next + 3 * kvp);
+    }
+  } else {
+    float *next = tb.S + PAD16(c->R_max * kvp);
+    if (!c->cfg->alloc_per_block) {
+      if (!c->k_direct) { tb.Kf = next; next += PAD16(c->kvb * D); }
+      if (!c->v_direct) { tb.Vf = next; }
+    }
   }
 
-  for (int64_t g = 0; g < c->G; g++) {
-    for (int64_t ii = 0; ii < qbr; ii++) {
-      int64_t r = g * qbr + ii;
-      float *q = tb.Q + r * D;
-      sdpa_load_token(&a->q, b, q0 + ii, hk * c->G + g, D, q);
-      sdpa_scal(q, c->scale, D);
-      memset(tb.acc + r * D, 0, (size_t)D * sizeof(float));
-      tb.m[r] = -INFINITY;
-      tb.l[r] = 0.0f;
+  for (int64_t h = 0; h < nh; h++) {
+    thread_bufs hb = head_bufs(c, &tb, h);
+    for (int64_t g = 0; g < c->G; g++) {
+      for (int64_t ii = 0; ii < qbr; ii++) {
+        int64_t r = g * qbr + ii;
+        float *q = hb.Q + r * D;
+        sdpa_load_token(&a->q, b, q0 + ii, (hk0 + h) * c->G + g, D, q);
+        fc_scal(q, c->scale, D);
+        memset(hb.acc + r * D, 0, (size_t)D * sizeof(float));
+        hb.m[r] = -INFINITY;
+        hb.l[r] = 0.0f;
+      }
     }
   }
 
@@ -293,21 +784,24 @@ static void flash_task(void *vctx, int64_t t, int thread) {
     for (int64_t s = p->seg_begin[qbi]; s < p->seg_begin[qbi + 1]; s++) {
       int64_t s0 = p->segs[2 * s] > lo ? p->segs[2 * s] : lo;
       int64_t s1 = p->segs[2 * s + 1] < hi ? p->segs[2 * s + 1] : hi;
-      if (s0 < s1) visit_range(c, &tb, b, hk, q0, qbr, qbi, s0, s1);
+      if (s0 < s1) visit_range(c, &tb, b, hk0, nh, q0, qbr, qbi, s0, s1);
     }
   } else if (lo < hi) {
-    visit_range(c, &tb, b, hk, q0, qbr, qbi, lo, hi);
+    visit_range(c, &tb, b, hk0, nh, q0, qbr, qbi, lo, hi);
   }
 
-  if (c->n_splits == 1) {
-    write_rows(c, &tb, b, hk, q0, qbr);
-  } else {
-    float *part = c->partial + t * c->R_max * (D + 2);
-    for (int64_t r = 0; r < R; r++) {
+  for (int64_t h = 0; h < nh; h++) {
+    thread_bufs hb = head_bufs(c, &tb, h);
+    if (c->n_splits == 1) {
+      write_rows(c, &hb, b, hk0 + h, q0, qbr);
+      continue;
+    }
+    float *part = c->partial + partial_index(c, b, hk0 + h, qbi, split) * c->R_max * (D + 2);
+    for (int64_t r = 0; r < c->G * qbr; r++) {
       float *pr = part + r * (D + 2);
-      pr[0] = tb.m[r];
-      pr[1] = tb.l[r];
-      memcpy(pr + 2, tb.acc + r * D, (size_t)D * sizeof(float));
+      pr[0] = hb.m[r];
+      pr[1] = hb.l[r];
+      memcpy(pr + 2, hb.acc + r * D, (size_t)D * sizeof(float));
     }
   }
 }
@@ -322,21 +816,22 @@ static void merge_task(void *vctx, int64_t t, int thread) {
   int64_t q0 = qbi * c->qb;
   int64_t qbr = a->q_len - q0 < c->qb ? a->q_len - q0 : c->qb;
   float *base = (float *)(c->scratch + (int64_t)thread * c->scratch_stride);
-  thread_bufs tb = {0};
+  thread_bufs tb;
+  memset(&tb, 0, sizeof tb);
   tb.acc = base;
   tb.l = base + PAD16(c->R_max * D);
   for (int64_t r = 0; r < c->G * qbr; r++) {
     float M = -INFINITY;
     int nan_seen = 0;
     for (int64_t s = 0; s < c->n_splits; s++) {
-      const float *pr = c->partial + ((t * c->n_splits + s) * c->R_max + r) * (D + 2);
+      const float *pr = c->partial + (partial_index(c, b, hk, qbi, s) * c->R_max + r) * (D + 2);
       if (pr[0] != pr[0]) nan_seen = 1;
       if (pr[1] != 0.0f && pr[0] > M) M = pr[0];
     }
     float *acc = tb.acc + r * D, L = 0.0f;
     memset(acc, 0, (size_t)D * sizeof(float));
     for (int64_t s = 0; s < c->n_splits; s++) {
-      const float *pr = c->partial + ((t * c->n_splits + s) * c->R_max + r) * (D + 2);
+      const float *pr = c->partial + (partial_index(c, b, hk, qbi, s) * c->R_max + r) * (D + 2);
       if (pr[1] == 0.0f || pr[0] != pr[0]) continue;
       float w = expf(pr[0] - M);
       L += pr[1] * w;
@@ -349,7 +844,7 @@ static void merge_task(void *vctx, int64_t t, int thread) {
 
 int flash_core(const sdpa_args *a, const flash_cfg *cfg) {
   if (a->batch == 0 || a->q_len == 0) return SDPA_OK;
-  if (cfg->q_block <= 0 || cfg->kv_block <= 0) return SDPA_INVALID;
+  if (cfg->q_block <= 0 || cfg->kv_block < 0) return SDPA_INVALID;
   flash_ctx c;
   memset(&c, 0, sizeof c);
   setup(&c, a, cfg);
@@ -360,9 +855,10 @@ int flash_core(const sdpa_args *a, const flash_cfg *cfg) {
   if (merge_bytes > c.scratch_stride) c.scratch_stride = merge_bytes;
   c.scratch = (char *)sdpa_probe_malloc(c.scratch_stride * nt);
   if (!c.scratch) return SDPA_UNSUPPORTED;
-  int64_t base_tasks = a->batch * a->n_kv_heads * c.n_qblocks;
+  int64_t base_tasks = a->batch * c.n_hchunks * c.n_qblocks;
+  int64_t merge_tasks = a->batch * a->n_kv_heads * c.n_qblocks;
   if (c.n_splits > 1) {
-    c.partial = (float *)sdpa_probe_malloc(base_tasks * c.n_splits * c.R_max * (c.D + 2) *
+    c.partial = (float *)sdpa_probe_malloc(merge_tasks * c.n_splits * c.R_max * (c.D + 2) *
                                            (int64_t)sizeof(float));
     if (!c.partial) {
       sdpa_probe_free(c.scratch);
@@ -371,7 +867,8 @@ int flash_core(const sdpa_args *a, const flash_cfg *cfg) {
   }
   c.status = SDPA_OK;
   sdpa_probe_parallel_for(nt, base_tasks * c.n_splits, flash_task, &c);
-  if (c.n_splits > 1 && c.status == SDPA_OK) sdpa_probe_parallel_for(nt, base_tasks, merge_task, &c);
+  if (c.n_splits > 1 && c.status == SDPA_OK)
+    sdpa_probe_parallel_for(nt, merge_tasks, merge_task, &c);
   sdpa_probe_free(c.partial);
   sdpa_probe_free(c.scratch);
   return c.status;

@@ -15,14 +15,16 @@ typedef struct flash_mask_plan {
 } flash_mask_plan;
 
 typedef struct flash_cfg {
-  int64_t q_block, kv_block;
+  int64_t q_block;
+  int64_t kv_block;        /* 0: chosen from the shape (see below) */
   int32_t n_splits;        /* <= 0: choose */
   int32_t alloc_per_block; /* dequant buffers malloc'd per key block (seed 000's pattern) */
   const flash_mask_plan *plan;
 } flash_cfg;
 
 #define FLASH_DEFAULT_Q_BLOCK 32
-#define FLASH_DEFAULT_KV_BLOCK 128
+#define FLASH_DEFAULT_KV_BLOCK 128 /* tasks of one kv head (prefill) */
+#define FLASH_DECODE_KV_BLOCK 16   /* tasks spanning every kv head (decode) */
 
 void flash_cfg_defaults(flash_cfg *cfg, const sdpa_probe_flash_opts *opts);
 int flash_core(const sdpa_args *a, const flash_cfg *cfg);
