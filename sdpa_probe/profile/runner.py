@@ -517,7 +517,10 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
     pairs = check_pairs(atts, s.cache, s.kernel_path)
     every = list({a.label: a for a in atts + [x for p in pairs for x in p]}.values())
     plan = memory_plan(s, every)
-    used = {a.cflags: builds.get(a.cflags) for a in every}  # builds other flags (cached)
+    for cflags in dict.fromkeys(a.cflags for a in every if a.cflags is not None):
+        note(f"native library with extra flags {cflags!r}: building (cached after the first "
+             "time)")
+    used = {a.cflags: builds.get(a.cflags) for a in every}
     threads = s.threads or used[atts[0].cflags].lib.sdpa_probe_default_threads()
     note(f"model {s.shape.name}: {s.shape.params() / 1e6:.0f}M weights ({s.weights}), "
          f"cache {s.cache} x {plan['capacity']} positions, {threads} thread(s); "
