@@ -1,0 +1,600 @@
+"""Kernel-level benchmarks: native kernels against torch's and ExecuTorch's SDPA,
+measured side by side in one process.
+
+A *shape* is named by a stable string that is also its spec, e.g.
+`decode-h32kv8d64-kv8192-f32` or `prefill-h32kv8d64-q512-kv512-causal-f16`
+(grammar: `{decode|prefill}-h{H}kv{Hkv}d{D}[-q{Q}]-kv{N}[-causal]-{dtype}[-b{B}]`;
+decode means q_len 1, prefill means q_len = kv_len and causal unless given).
+The presets are such names; any other name in the grammar is a custom shape.
+
+Every party (a native kernel, torch, ExecuTorch) is warmed up, then measured in
+rounds: each round runs a batch of calls of every party in turn (the order
+rotating), so a burst of other work on a shared machine lands on all of them.
+Native kernels are timed call by call in a C loop (sdpa_probe_bench_loop, no
+Python overhead per call); peers are timed call by call from Python, as their
+users call them. Reported: median and IQR per call, bytes and FLOPs per call,
+GB/s, % of the DRAM read bandwidth and % of the roofline bound that `probe info`
+measured, and ratio = peer median / kernel median (> 1: the kernel is faster).
+
+Warm (default): every call reuses the same buffers, so inputs smaller than the
+last-level cache are read from cache. Cold (--cold): calls rotate through
+copies of the inputs totalling at least four times the last-level cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from importlib import metadata
+
+import numpy as np
+
+from . import native
+from .errors import ProbeError
+
+SCHEMA = 1
+DTYPES = ("f32", "f16", "bf16", "i8")
+HEADS = ((32, 8, 64), (16, 16, 128))
+DECODE_KV = (512, 2048, 8192, 32768)
+PREFILL_LEN = 512
+PEERS = ("torch", "executorch")
+DEFAULT_KERNEL = {"f32": "flash", "f16": "flash", "bf16": "flash", "i8": "quant_int8"}
+COLD_FACTOR = 4          # cold inputs span at least this many last-level caches
+COLD_MAX_SETS = 64
+SLOW_CALL_S = 1.0        # a party slower than this per call gets MIN_ROUNDS samples
+MIN_ROUNDS = 3
+
+Progress = Callable[[str], None]
+
+_NAME = re.compile(
+    r"^(?P<kind>decode|prefill)-h(?P<h>\d+)kv(?P<hkv>\d+)d(?P<d>\d+)(?:-q(?P<q>\d+))?"
+    r"-kv(?P<kv>\d+)(?P<causal>-causal)?-(?P<dtype>f32|f16|bf16|i8)(?:-b(?P<b>\d+))?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    kind: str          # decode | prefill
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    q_len: int
+    kv_len: int
+    causal: bool
+    dtype: str
+    batch: int = 1
+
+    @property
+    def name(self) -> str:
+        q = "" if (self.kind == "decode" and self.q_len == 1) else f"-q{self.q_len}"
+        return (f"{self.kind}-h{self.n_heads}kv{self.n_kv_heads}d{self.head_dim}{q}"
+                f"-kv{self.kv_len}{'-causal' if self.causal else ''}-{self.dtype}"
+                + (f"-b{self.batch}" if self.batch != 1 else ""))
+
+    @property
+    def start_pos(self) -> int:
+        """Bottom-right causal alignment: the queries are the last q_len positions."""
+        return max(0, self.kv_len - self.q_len) if self.causal else 0
+
+    @property
+    def itemsize(self) -> int:
+        return {"f32": 4, "f16": 2, "bf16": 2, "i8": 1}[self.dtype]
+
+    @property
+    def out_dtype(self) -> str:
+        return "f32" if self.dtype == "i8" else self.dtype
+
+    def visible_pairs(self) -> int:
+        """(query, key) pairs a query sees, per batch entry and head."""
+        if not self.causal:
+            return self.q_len * self.kv_len
+        total = 0
+        for i in range(self.q_len):
+            total += max(0, min(self.kv_len, self.start_pos + i + 1))
+        return total
+
+    @property
+    def flops(self) -> int:
+        """2 flops per multiply-add of Q.K^T and P.V over the visible pairs."""
+        return 4 * self.batch * self.n_heads * self.visible_pairs() * self.head_dim
+
+    @property
+    def kv_bytes(self) -> int:
+        """Unique K and V bytes (with per-token scale and zero point for int8)."""
+        rows = self.batch * self.kv_len * self.n_kv_heads
+        per_row = self.head_dim * self.itemsize + (5 if self.dtype == "i8" else 0)
+        return 2 * rows * per_row
+
+    @property
+    def bytes(self) -> int:
+        """Unique bytes per call: q, k, v read once, out written once."""
+        rows = self.batch * self.q_len * self.n_heads
+        q = rows * (self.head_dim * self.itemsize + (5 if self.dtype == "i8" else 0))
+        out = rows * self.head_dim * (4 if self.out_dtype == "f32" else 2)
+        return q + self.kv_bytes + out
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "batch": self.batch, "n_heads": self.n_heads,
+                "n_kv_heads": self.n_kv_heads, "head_dim": self.head_dim, "q_len": self.q_len,
+                "kv_len": self.kv_len, "causal": self.causal, "dtype": self.dtype}
+
+
+def parse_shape(name: str) -> Shape:
+    m = _NAME.match(name.strip())
+    if m is None:
+        raise ProbeError(f"bad shape {name!r}: want a preset, a group ({', '.join(GROUPS)}) or "
+                         "{decode|prefill}-h{H}kv{Hkv}d{D}[-q{Q}]-kv{N}[-causal]-{dtype}[-b{B}], "
+                         "e.g. decode-h32kv8d64-kv4096-f16")
+    kind, kv = m["kind"], int(m["kv"])
+    q = int(m["q"]) if m["q"] else (1 if kind == "decode" else kv)
+    causal = bool(m["causal"]) or (kind == "prefill" and not m["q"])
+    h, hkv, d = int(m["h"]), int(m["hkv"]), int(m["d"])
+    b = int(m["b"]) if m["b"] else 1
+    if min(h, hkv, d, q, kv, b) <= 0 or h % hkv:
+        raise ProbeError(f"bad shape {name!r}: sizes must be positive and H a multiple of Hkv")
+    return Shape(kind, h, hkv, d, q, kv, causal, m["dtype"], b)
+
+
+def _presets() -> list[Shape]:
+    out = []
+    for dt in ("f32", "f16", "i8"):
+        for h, hkv, d in HEADS:
+            for kv in DECODE_KV:
+                out.append(Shape("decode", h, hkv, d, 1, kv, False, dt))
+            out.append(Shape("prefill", h, hkv, d, PREFILL_LEN, PREFILL_LEN, True, dt))
+    return out
+
+
+PRESETS: dict[str, Shape] = {s.name: s for s in _presets()}
+GROUPS: dict[str, Callable[[Shape], bool]] = {
+    "all": lambda s: True,
+    "decode": lambda s: s.kind == "decode",
+    "prefill": lambda s: s.kind == "prefill",
+    # the shapes the performance targets are stated on
+    "targets": lambda s: s.n_heads == 32 and (s.kind == "prefill" and s.dtype == "f32"
+                                               or s.kind == "decode" and (
+                                                   s.kv_len == 8192 or s.dtype == "f32"
+                                                   and s.kv_len in (512, 2048))),
+    "quick": lambda s: s.n_heads == 32 and s.kv_len in (2048, 8192) and s.kind == "decode",
+}
+
+
+def select_shapes(spec: str, dtypes: Sequence[str] | None = None) -> list[Shape]:
+    """Comma-separated presets, groups and custom names, in order, without repeats."""
+    out: list[Shape] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        if part in GROUPS:
+            picked = [s for s in PRESETS.values() if GROUPS[part](s)]
+        else:
+            picked = [PRESETS.get(part) or parse_shape(part)]
+        for s in picked:
+            if dtypes and s.dtype not in dtypes:
+                continue
+            if s not in out:
+                out.append(s)
+    if not out:
+        raise ProbeError(f"no shape selected by {spec!r}"
+                         + (f" with dtypes {','.join(dtypes)}" if dtypes else ""))
+    return out
+
+
+# ---- inputs ---------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Inputs:
+    """One set of inputs: float32 values, the stored form for our kernels, an output."""
+
+    q32: np.ndarray
+    k32: np.ndarray
+    v32: np.ndarray
+    q: object
+    k: object
+    v: object
+    out: np.ndarray
+
+
+def _store(x32: np.ndarray, dtype: str):
+    """float32 [B, S, H, D] -> (stored object for our kernels, its real values as float32)."""
+    if dtype == "f32":
+        return x32, x32
+    if dtype == "f16":
+        s = x32.astype(np.float16)
+        return s, s.astype(np.float32)
+    if dtype == "bf16":
+        import torch
+
+        t = torch.from_numpy(x32).to(torch.bfloat16)
+        return t.view(torch.int16).numpy().view(np.uint16), t.to(torch.float32).numpy()
+    from .inputs import quantize_per_token
+
+    q, scale, zp = quantize_per_token(x32)
+    real = ((q.astype(np.float32) - zp[..., None].astype(np.float32)) * scale[..., None])
+    return native.QuantTensor(q, scale, zp), real
+
+
+def _copy(x):
+    if isinstance(x, native.QuantTensor):
+        return native.QuantTensor(x.data.copy(), x.scale.copy(), x.zero_point.copy())
+    return x.copy()
+
+
+def make_inputs(shape: Shape, n_sets: int = 1, seed: int = 0) -> list[Inputs]:
+    rng = np.random.default_rng(seed)
+    B, H, Hkv, D = shape.batch, shape.n_heads, shape.n_kv_heads, shape.head_dim
+    q32 = rng.standard_normal((B, shape.q_len, H, D), dtype=np.float32)
+    k32 = rng.standard_normal((B, shape.kv_len, Hkv, D), dtype=np.float32)
+    v32 = rng.standard_normal((B, shape.kv_len, Hkv, D), dtype=np.float32)
+    (q, q32), (k, k32), (v, v32) = (_store(x, shape.dtype) for x in (q32, k32, v32))
+    out_np = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[shape.out_dtype]
+    first = Inputs(q32, k32, v32, q, k, v, np.zeros((B, shape.q_len, H, D), out_np))
+    sets = [first]
+    for _ in range(1, n_sets):
+        sets.append(Inputs(q32, k32, v32, _copy(q), _copy(k), _copy(v),
+                           np.zeros_like(first.out)))
+    return sets
+
+
+def cold_sets(shape: Shape, llc_bytes: int | None) -> int:
+    """How many input copies make the rotation span COLD_FACTOR last-level caches."""
+    llc = llc_bytes or 32 << 20
+    return max(2, min(COLD_MAX_SETS, math.ceil(COLD_FACTOR * llc / max(1, shape.bytes)) + 1))
+
+
+# ---- parties ---------------------------------------------------------------------
+
+class Party:
+    """Something to time on a shape: run(n) makes n calls and returns their seconds."""
+
+    name: str
+
+    def run(self, n: int) -> list[float]:
+        raise NotImplementedError
+
+
+class NativeParty(Party):
+    def __init__(self, kernel: native.Kernel, shape: Shape, sets: list[Inputs], threads: int):
+        self.name = kernel.name
+        self.kernel = kernel
+        ffi, lib = kernel.ffi, kernel.lib
+        if not hasattr(lib, "sdpa_probe_bench_loop"):
+            raise ProbeError("the native library lacks sdpa_probe_bench_loop (stale build?)")
+        self._lib, self._ffi = lib, ffi
+        self._calls = [native.prepare(ffi, s.q, s.k, s.v, s.out, is_causal=shape.causal,
+                                      start_pos=shape.start_pos, n_threads=threads)
+                       for s in sets]
+        self._args = ffi.new("sdpa_args[]", len(self._calls))
+        for i, c in enumerate(self._calls):
+            self._args[i] = c.args[0]
+        self._next = 0
+
+    def run(self, n: int) -> list[float]:
+        buf = self._ffi.new("double[]", n)
+        # rotate through the sets across batches: start where the last batch stopped
+        k = len(self._calls)
+        order = self._ffi.new("sdpa_args[]", k)
+        for i in range(k):
+            order[i] = self._args[(self._next + i) % k]
+        st = self._lib.sdpa_probe_bench_loop(self.kernel.info.index, order, k, n, buf)
+        native.raise_for_status(int(st), self.name)
+        self._next = (self._next + n) % k
+        return list(self._ffi.unpack(buf, n))
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """File descriptor 2 to /dev/null (ExecuTorch's ops log every call there)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+class _PyParty(Party):
+    """A Python callable per input set, timed call by call."""
+
+    def __init__(self, name: str, fns: list[Callable[[], object]], quiet: bool = False):
+        self.name = name
+        self._fns = fns
+        self._next = 0
+        self._quiet = quiet
+
+    def run(self, n: int) -> list[float]:
+        import torch
+
+        out = []
+        fns, k = self._fns, len(self._fns)
+        with torch.no_grad(), (_quiet_stderr() if self._quiet else contextlib.nullcontext()):
+            for _ in range(n):
+                f = fns[self._next]
+                self._next = (self._next + 1) % k
+                t0 = time.perf_counter()
+                f()
+                out.append(time.perf_counter() - t0)
+        return out
+
+
+_TORCH_DT = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+
+
+def torch_party(shape: Shape, sets: list[Inputs]) -> Party:
+    """torch.nn.functional.scaled_dot_product_attention on contiguous [B, H, L, D]
+    tensors in the shape's dtype (float32 on the dequantised values for int8)."""
+    import torch
+    import torch.nn.functional as F
+
+    dt = getattr(torch, _TORCH_DT.get(shape.dtype, "float32"))
+    gqa = shape.n_heads != shape.n_kv_heads
+    mask = None
+    is_causal = shape.causal
+    if shape.causal and shape.q_len != shape.kv_len:
+        # torch's is_causal is top-left aligned; ours is bottom-right
+        i = torch.arange(shape.q_len)[:, None] + shape.start_pos
+        mask = torch.arange(shape.kv_len)[None, :] <= i
+        is_causal = False
+    fns = []
+    for s in sets:
+        q, k, v = (torch.from_numpy(x).to(dt).permute(0, 2, 1, 3).contiguous()
+                   for x in (s.q32, s.k32, s.v32))
+
+        def call(q=q, k=k, v=v):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                                  enable_gqa=gqa)
+        fns.append(call)
+    return _PyParty("torch", fns)
+
+
+def executorch_unsupported(shape: Shape) -> str | None:
+    """Why ExecuTorch's custom ops cannot take this shape (they abort instead of
+    returning an error), or None."""
+    if shape.q_len > shape.kv_len:
+        return "q_len > kv_len"
+    if shape.n_heads % shape.n_kv_heads:
+        return "n_heads not a multiple of n_kv_heads"
+    if shape.dtype not in ("f32", "f16", "bf16", "i8"):
+        return f"no {shape.dtype} path"
+    return None
+
+
+def executorch_party(shape: Shape, sets: list[Inputs]) -> Party:
+    """llama.custom_sdpa (float) / llama.custom_quantized_sdpa (int8 per token) on
+    [B, S, H, D]; start_pos makes the op read keys [0, kv_len)."""
+    import torch
+
+    from .backends import _load_executorch
+
+    _load_executorch()
+    start_pos = shape.kv_len - shape.q_len
+    fns = []
+    for s in sets:
+        if shape.dtype == "i8":
+            def parts(x: native.QuantTensor):
+                return (torch.from_numpy(x.data), torch.from_numpy(x.zero_point)[..., None],
+                        torch.from_numpy(x.scale)[..., None])
+
+            (q, qz, qs), (k, kz, ks), (v, vz, vs) = (parts(x) for x in (s.q, s.k, s.v))
+
+            def call(q=q, k=k, v=v, qz=qz, qs=qs, kz=kz, ks=ks, vz=vz, vs=vs):
+                return torch.ops.llama.custom_quantized_sdpa(
+                    q, k, v, start_pos, None, 0.0, shape.causal, None, qz, qs, kz, ks, vz, vs,
+                    False)
+        else:
+            dt = getattr(torch, _TORCH_DT[shape.dtype])
+            q, k, v = (torch.from_numpy(x).to(dt).contiguous() for x in (s.q32, s.k32, s.v32))
+
+            def call(q=q, k=k, v=v):
+                return torch.ops.llama.custom_sdpa(q, k, v, start_pos, None, 0.0, shape.causal,
+                                                   None)
+        fns.append(call)
+    return _PyParty("executorch", fns, quiet=True)
+
+
+def executorch_version() -> str | None:
+    try:
+        return metadata.version("executorch")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+# ---- measuring ---------------------------------------------------------------------
+
+def summarize(seconds: Sequence[float]) -> dict:
+    a = np.asarray(seconds, dtype=np.float64) * 1e6
+    q25, q50, q75 = np.percentile(a, [25, 50, 75])
+    return {"median_us": float(q50), "iqr_us": float(q75 - q25), "min_us": float(a.min()),
+            "samples": int(a.size)}
+
+
+def measure(parties: Sequence[Party], rounds: int = 7, min_time: float = 0.05,
+            max_batch: int = 2000) -> dict[str, list[float]]:
+    """Interleaved timing: warm-up, then `rounds` rounds of one batch per party."""
+    est = {}
+    for p in parties:
+        p.run(1)  # warm-up: first-touch, thread pool start, lazy init
+        est[p.name] = min(p.run(2))
+    batch = {p.name: int(min(max_batch, max(1, math.ceil(min_time / max(est[p.name], 1e-7)))))
+             for p in parties}
+    samples: dict[str, list[float]] = {p.name: [] for p in parties}
+    slow = {p.name for p in parties if est[p.name] > SLOW_CALL_S}
+    for r in range(rounds):
+        k = r % len(parties)
+        for p in list(parties[k:]) + list(parties[:k]):  # rotate who goes first
+            if p.name in slow and r >= MIN_ROUNDS:
+                continue
+            samples[p.name].extend(p.run(batch[p.name]))
+    return samples
+
+
+def _roofline() -> dict | None:
+    try:
+        from . import machine
+
+        return machine.roofline()
+    except (ImportError, AttributeError, ProbeError, OSError):
+        return None
+
+
+def _llc_bytes() -> int | None:
+    try:
+        from . import machine
+
+        c = machine.cache_sizes()
+        return c.get("l3_bytes") or c.get("l2_bytes")
+    except (ImportError, AttributeError, OSError):
+        return None
+
+
+def _figures(shape: Shape, stats: dict, roof: dict | None, threads: int) -> dict:
+    t = stats["median_us"] * 1e-6
+    gb_s = shape.bytes / t / 1e9
+    out = {"gb_s": round(gb_s, 2), "kv_gb_s": round(shape.kv_bytes / t / 1e9, 2),
+           "gflops": round(shape.flops / t / 1e9, 2), "dram_pct": None, "roofline_pct": None,
+           "bound": None}
+    if roof:
+        bw = roof.get("read_bw_gbs_all" if threads > 1 else "read_bw_gbs_1t")
+        fl = roof.get("fma_gflops_all" if threads > 1 else "fma_gflops_1t")
+        if bw and fl:
+            t_mem = shape.bytes / (bw * 1e9)
+            t_cpu = shape.flops / (fl * 1e9)
+            out["dram_pct"] = round(100.0 * gb_s / bw, 1)
+            out["roofline_pct"] = round(100.0 * max(t_mem, t_cpu) / t, 1)
+            out["bound"] = "memory" if t_mem >= t_cpu else "compute"
+    return out
+
+
+def kernels_for(shape: Shape, kernels: Sequence[str] | None) -> list[str]:
+    """The native kernels to run on a shape: the given ones that take its dtype, or
+    the default fused kernel for the dtype."""
+    if not kernels:
+        return [DEFAULT_KERNEL[shape.dtype]]
+    known = native.builtin_kernels()
+    out = []
+    for name in kernels:
+        k = known.get(name)
+        if k is None:
+            raise ProbeError(f"unknown kernel {name!r}; known: {', '.join(known)}")
+        if shape.dtype not in k.info.dtypes:
+            continue
+        if name.startswith("quant") and shape.dtype != "i8":
+            continue  # the int8 kernels want int8 K/V
+        out.append(name)
+    return out
+
+
+def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
+        peers: Sequence[str] = ("torch",), threads: int | None = None, cold: bool = False,
+        rounds: int = 7, min_time: float = 0.05, progress: Progress | None = None,
+        roofline: dict | None | bool = True) -> dict:
+    """Benchmark every (kernel, shape) against the peers; returns the JSON document."""
+    import torch
+
+    say = progress or (lambda _m: None)
+    for p in peers:
+        if p not in PEERS:
+            raise ProbeError(f"unknown peer {p!r}; known: {', '.join(PEERS)}")
+    ffi, lib, res = native.native_lib()
+    if threads is None or threads <= 0:
+        threads = int(lib.sdpa_probe_default_threads())
+    notes: list[str] = []
+    peers = list(peers)
+    if "executorch" in peers:
+        from .backends import executorch_library
+
+        if executorch_library() is None:
+            notes.append("executorch is not installed (pip install --no-deps "
+                         "executorch==1.5.1): skipped")
+            peers.remove("executorch")
+    roof = _roofline() if roofline is True else (roofline or None)
+    if roof is None:
+        notes.append("no roofline (probe info): dram_pct and roofline_pct are null")
+    llc = _llc_bytes()
+    saved_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    results = []
+    try:
+        for shape in shapes:
+            names = kernels_for(shape, kernels)
+            if not names:
+                notes.append(f"{shape.name}: no selected kernel takes {shape.dtype}")
+                continue
+            n_sets = cold_sets(shape, llc) if cold else 1
+            say(f"{shape.name}: {', '.join(names + peers)}"
+                + (f" ({n_sets} input sets)" if cold else ""))
+            sets = make_inputs(shape, n_sets)
+            parties: list[Party] = [NativeParty(native.get_kernel(n), shape, sets, threads)
+                                    for n in names]
+            peer_skips = {}
+            for p in peers:
+                if p == "torch":
+                    parties.append(torch_party(shape, sets))
+                else:
+                    why = executorch_unsupported(shape)
+                    if why:
+                        peer_skips[p] = why
+                    else:
+                        parties.append(executorch_party(shape, sets))
+            samples = measure(parties, rounds=rounds, min_time=min_time)
+            stats = {name: summarize(s) for name, s in samples.items()}
+            peer_stats = {p: stats[p] | _figures(shape, stats[p], roof, threads)
+                          for p in peers if p in stats}
+            for n in names:
+                st = stats[n]
+                results.append({
+                    "kernel": n, "shape": shape.name, **shape.as_dict(),
+                    "median_us": round(st["median_us"], 2), "iqr_us": round(st["iqr_us"], 2),
+                    "min_us": round(st["min_us"], 2), "samples": st["samples"],
+                    "bytes": shape.bytes, "kv_bytes": shape.kv_bytes, "flops": shape.flops,
+                    **_figures(shape, st, roof, threads),
+                    "ratio": {p: round(ps["median_us"] / st["median_us"], 3)
+                              for p, ps in peer_stats.items()},
+                    "peers": {p: {k: (round(v, 2) if isinstance(v, float) else v)
+                                  for k, v in ps.items()} for p, ps in peer_stats.items()},
+                    "peer_skipped": peer_skips,
+                })
+            del parties, sets
+    finally:
+        torch.set_num_threads(saved_threads)
+    return {
+        "schema": SCHEMA,
+        "mode": "cold" if cold else "warm",
+        "threads": threads,
+        "rounds": rounds,
+        "min_batch_seconds": min_time,
+        "machine": _machine_summary(res),
+        "roofline": None if roof is None else {
+            k: roof.get(k) for k in ("read_bw_gbs_1t", "read_bw_gbs_all", "l2_read_bw_gbs",
+                                     "fma_gflops_1t", "fma_gflops_all", "measured_at")},
+        "versions": {"torch": torch.__version__, "executorch": executorch_version(),
+                     "numpy": np.__version__},
+        "peers": peers,
+        "notes": notes,
+        "results": results,
+    }
+
+
+def _machine_summary(res) -> dict:
+    from .build import cpu_model
+
+    out = {"cpu_model": cpu_model(), "compiler": res.cc_version, "flags": list(res.flags),
+           "module": res.module_name}
+    try:
+        from . import machine
+
+        m = machine.describe()
+        out.update(logical_cores=m.get("logical_cores"), caches=m.get("caches"),
+                   isa=[k for k, v in (m.get("isa") or {}).items() if v])
+    except (ImportError, AttributeError, OSError):
+        pass
+    return out

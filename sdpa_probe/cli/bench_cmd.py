@@ -1,0 +1,115 @@
+"""`probe bench`: kernel timings against torch and ExecuTorch, interleaved, with ratios."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from .. import bench
+from ..errors import ProbeError
+from . import command
+from .output import Output
+
+
+def _split(text: str | None) -> list[str]:
+    return [p.strip() for p in (text or "").split(",") if p.strip()]
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.0f}%"
+
+
+def _us(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def _table(doc: dict) -> Table:
+    peers = doc["peers"]
+    mode = "cold (rotating inputs > last-level cache)" if doc["mode"] == "cold" else \
+        "warm (inputs reused every call)"
+    t = Table(title=f"probe bench: {mode}, {doc['threads']} threads, median of "
+                    f"{doc['rounds']} interleaved rounds", title_justify="left")
+    t.add_column("shape", style="bold")
+    t.add_column("kernel")
+    t.add_column("median µs", justify="right")
+    t.add_column("IQR µs", justify="right")
+    t.add_column("GB/s", justify="right")
+    t.add_column("DRAM", justify="right")
+    t.add_column("roofline", justify="right")
+    for p in peers:
+        t.add_column(f"{p} µs", justify="right")
+        t.add_column(f"vs {p}", justify="right")
+    for r in doc["results"]:
+        row = [r["shape"], r["kernel"], _us(r["median_us"]), _us(r["iqr_us"]),
+               f"{r['gb_s']:.1f}", _pct(r["dram_pct"]), _pct(r["roofline_pct"])]
+        for p in peers:
+            if p in r["ratio"]:
+                ratio = r["ratio"][p]
+                style = "green" if ratio >= 1.0 else "red"
+                row += [_us(r["peers"][p]["median_us"]), f"[{style}]{ratio:.2f}x[/]"]
+            else:
+                row += ["-", "[dim]n/a[/]"]
+        t.add_row(*row)
+    return t
+
+
+@command("bench")
+def bench_command(
+    kernel: str = typer.Option(
+        None, "--kernel", "-k",
+        help="Native kernels to time, comma-separated (default: flash for float shapes, "
+             "quant_int8 for int8 shapes)."),
+    vs: str = typer.Option("torch", "--vs",
+                           help="Peers measured in the same run: torch, executorch."),
+    shape: str = typer.Option(
+        "all", "--shape", "-s",
+        help="Comma-separated presets, groups (all, decode, prefill, targets, quick) or "
+             "custom names such as decode-h32kv8d64-kv4096-f16 or "
+             "prefill-h8kv2d64-q128-kv1024-causal-f32."),
+    dtype: str = typer.Option(None, "--dtype", help="Keep only these dtypes (f32,f16,bf16,i8)."),
+    threads: int = typer.Option(0, "--threads", "-t",
+                                help="Threads for the native kernels and torch (0: all cores)."),
+    cold: bool = typer.Option(False, "--cold",
+                              help="Rotate through inputs larger than the last-level cache."),
+    rounds: int = typer.Option(7, "--rounds", min=1, help="Interleaved rounds per shape."),
+    min_time: float = typer.Option(0.05, "--min-time", min=0.0,
+                                   help="Seconds each party runs per round (at least one call)."),
+    json_path: str = typer.Option(None, "--json",
+                                  help="Write the results as JSON to PATH ('-': stdout)."),
+    list_presets: bool = typer.Option(False, "--list", help="List the preset shapes and exit."),
+) -> None:
+    """Time native kernels against torch / ExecuTorch SDPA, side by side in one run.
+
+    Warm caches by default (the report says so); --cold rotates through inputs that do
+    not fit the last-level cache. Ratios are peer median / kernel median: above 1 the
+    native kernel is faster.
+    """
+    out = Output(json_path == "-")
+    if list_presets:
+        for name, s in bench.PRESETS.items():
+            groups = [g for g, f in bench.GROUPS.items() if g != "all" and f(s)]
+            out.print(f"{name}  [dim]{' '.join(groups)}[/]")
+        return
+    dtypes = _split(dtype) or None
+    for d in dtypes or ():
+        if d not in bench.DTYPES:
+            raise ProbeError(f"unknown dtype {d!r}; known: {', '.join(bench.DTYPES)}")
+    shapes = bench.select_shapes(shape, dtypes)
+    doc = bench.run(shapes, kernels=_split(kernel) or None, peers=_split(vs), threads=threads,
+                    cold=cold, rounds=rounds, min_time=min_time, progress=out.note)
+    for note in doc["notes"]:
+        out.warn(note)
+    if json_path:
+        out.write_json(json_path, doc)
+    if json_path != "-":
+        if not out.out.is_terminal:  # piped into a file: do not fold the table to 80 columns
+            out.out.width = max(out.out.width, 170)
+        out.print(_table(doc))
+        roof = doc["roofline"]
+        if roof:
+            bw = roof["read_bw_gbs_all" if doc["threads"] > 1 else "read_bw_gbs_1t"]
+            fl = roof["fma_gflops_all" if doc["threads"] > 1 else "fma_gflops_1t"]
+            out.print(f"[dim]DRAM = GB/s over the measured DRAM read bandwidth ({bw} GB/s); "
+                      f"roofline = time bound min(bytes / bandwidth, flops / {fl} GFLOP/s) "
+                      "over the median (probe info). Bytes: q, k, v read once, out written "
+                      "once.[/]")
