@@ -221,3 +221,257 @@ def test_live_view_then_final_table():
     res = run(*TINY, *FAST, "--attention", "decomposed", "--context", "9", "--live")
     assert res.exit_code == 0, res.output
     assert "sum of ops" in res.stdout and "unattributed" in res.stdout
+
+
+# ---- context grammar, charts, user kernels, builds, metadata, interactive ---------------
+
+def test_context_lists_and_ranges():
+    p = runner.parse_contexts
+    assert p("100,1000,2000") == (100, 1000, 2000)
+    assert p("500:4000:500") == (500, 1000, 1500, 2000, 2500, 3000, 3500, 4000)  # stop included
+    assert p("0:10:3") == (0, 3, 6, 9)  # stop only when on the grid
+    assert p("2000, 100:300:100,100") == (100, 200, 300, 2000)  # mixed, sorted, deduplicated
+    assert p("1_000") == (1000,)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("10:5:1", "STOP is below START"), ("0:10:0", "STEP must be positive"),
+    ("1:2", "START:STOP:STEP"), ("0:100000:1", "more than 256"), (",", "empty"),
+])
+def test_context_range_errors(text, needle):
+    res = run(*TINY, "--no-roofline", "--context", text)
+    assert res.exit_code == 2, res.output
+    err = res.stderr.strip()
+    assert needle in err and len(err.splitlines()) == 1
+
+
+def _svg_panels(path):
+    import xml.etree.ElementTree as ET
+
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    root = ET.parse(path).getroot()  # raises on malformed XML
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    panels = {}
+    for g in root.findall("s:g[@class='panel']", ns):
+        lines = g.findall(".//s:polyline[@class='series']", ns)
+        legend = [e.get("data-op") for e in g.findall("s:g[@class='legend-entry']", ns)]
+        names = [pl.get("data-op") for pl in lines]
+        assert names == legend and len(set(names)) == len(names)  # one series per op shown
+        for pl in lines:
+            pts = [tuple(map(float, xy.split(","))) for xy in pl.get("points").split()]
+            assert all(np.isfinite(v) for xy in pts for v in xy)
+            assert [x for x, _ in pts] == sorted(x for x, _ in pts)
+        panels[g.get("data-attention")] = {n: len(pl.get("points").split())
+                                           for n, pl in zip(names, lines, strict=True)}
+    return root, panels
+
+
+def test_range_sweep_draws_and_saves_a_chart(tmp_path):
+    svg, js = tmp_path / "sweep.svg", tmp_path / "sweep.json"
+    res = run(*TINY, *FAST, "--ab", "decomposed,fused", "--context", "8:24:8", "--chart",
+              str(svg), "--chart-top", "4", "--json", str(js))
+    assert res.exit_code == 0, res.output
+    assert "median ms per step of the top 4 ops by context" in res.stdout
+    assert "context (tokens)" in res.stdout
+    doc = json.loads(js.read_text())
+    assert doc["contexts"] == [8, 16, 24]
+    root, panels = _svg_panels(svg)
+    assert set(panels) == {"decomposed", "fused"}
+    for label, series in panels.items():
+        assert len(series) == 4 and all(n == 3 for n in series.values())
+        last = {o["name"]: o["median_ms"] for o in doc["sweep"][-1]["runs"][label]["ops"]}
+        top4 = sorted(last, key=lambda n: -last[n])[:4]
+        assert set(series) == set(top4)  # the top ops at the largest context
+    text = "".join(root.itertext())
+    assert "machine:" in text and "build:" in text
+
+
+def test_chart_by_kind(tmp_path):
+    svg = tmp_path / "k.svg"
+    res = run(*TINY, *FAST, "--attention", "decomposed", "--context", "8,16", "--chart",
+              str(svg), "--chart-by", "kind", "--chart-top", "20")
+    assert res.exit_code == 0, res.output
+    _, panels = _svg_panels(svg)
+    assert set(panels["decomposed"]) == {"gemv", "broadcast", "pack", "matmul", "cast",
+                                         "softmax", "rope", "elementwise", "norm", "cache",
+                                         "sample", "embed"}
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--context", "10", "--chart", "c.svg"], "two or more contexts"),
+    (["--context", "10,20", "--chart", "c.png"], "give a .svg path"),
+    (["--context", "10,20", "--chart-by", "layer"], "--chart-by"),
+    (["--kernel", "nope.c"], "kernel file not found"),
+    (["--kernel", "k.txt"], ".c or .so"),
+    (["--attention", "user"], "--kernel PATH"),
+    (["--attention", "fused@"], "no compiler flags after @"),
+    (["--interactive"], "needs a terminal on stdin"),
+    (["--interactive", "--script", "--ab", "decomposed,fused"], "drop --ab"),
+    (["--script"], "only goes with --interactive"),
+])
+def test_more_bad_input(args, needle, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "k.txt").write_text("")
+    res = run(*TINY, *FAST, *args)
+    assert res.exit_code == 2, res.output
+    err = res.stderr.strip()
+    assert needle in err and len(err.splitlines()) == 1 and err.startswith("error:")
+
+
+def test_user_kernel_in_the_attention_slot(tmp_path):
+    from conftest import EXAMPLE_KERNEL
+
+    doc = json_run("--kernel", str(EXAMPLE_KERNEL), "--context", "12")
+    assert doc["graph"] == "user" and doc["kernels"] == {"user": "user:minimal_sdpa.c"}
+    assert "sdpa" in {o["name"] for o in doc["ops"]}
+    uk = doc["user_kernels"]["user:minimal_sdpa.c"]
+    assert uk["path"].endswith("minimal_sdpa.c") and len(uk["sha256"]) == 16
+    assert uk["module"].startswith("_sdpa_probe_user")
+    chk = doc["checks"][0]
+    assert (chk["a"], chk["b"], chk["ok"]) == ("decomposed", "user", True)
+    # A/B against the built-in fused graph; both checked against the decomposed one
+    doc = json_run("--kernel", str(EXAMPLE_KERNEL), "--ab", "fused,user", "--context", "12")
+    assert {(c["a"], c["b"]) for c in doc["checks"]} == {("decomposed", "fused"),
+                                                         ("decomposed", "user")}
+    assert doc["ab"]["b"] == "user"
+
+
+WRONG_KERNEL = """
+#include "sdpa_probe.h"
+int sdpa_forward(const sdpa_args *a) {  /* plausible-looking but wrong: all zeros */
+  float *o = (float *)a->out.data;
+  for (int64_t i = 0; i < a->n_heads * a->head_dim; i++) o[i] = %s;
+  return %s;
+}
+"""
+
+
+@pytest.mark.parametrize("value,status,needle", [
+    ("0.0f", "SDPA_OK", "user (user:wrong.c) disagrees with decomposed at context 12"),
+    ("0.0f", "SDPA_UNSUPPORTED", "attention user (user:wrong.c) failed at context 12"),
+])
+def test_a_wrong_user_kernel_stops_the_run(tmp_path, value, status, needle):
+    src = tmp_path / "wrong.c"
+    src.write_text(WRONG_KERNEL % (value, status))
+    res = run(*TINY, *FAST, "--kernel", str(src), "--context", "12", "--cache", "f32")
+    assert res.exit_code == 2, res.output
+    err = res.stderr.strip().splitlines()
+    assert err[-1].startswith("error:") and needle in err[-1]
+    assert "sum of ops" not in res.stdout
+
+
+def test_ab_of_two_builds(monkeypatch, tmp_path):
+    """--ab GRAPH@CFLAGS,GRAPH@CFLAGS: one native build per side (compiling is faked here
+    with the default library; docs/profile.md has a real -O3 vs -O1 run)."""
+    from sdpa_probe import native
+    from sdpa_probe.profile import builds
+
+    asked = []
+
+    def fake_compile(cflags):
+        asked.append(cflags)
+        return native.native_lib()
+
+    monkeypatch.setattr(builds, "_compile", fake_compile)
+    builds._with_flags.cache_clear()
+    try:
+        c, t = tmp_path / "p.csv", tmp_path / "t.json"
+        res = run(*TINY, *FAST, "--ab", "fused@-O3,fused@-O1  -funroll-loops", "--context",
+                  "10", "--json", "-", "--csv", str(c), "--trace", str(t))
+    finally:
+        builds._with_flags.cache_clear()
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert asked == ["-O3", "-O1 -funroll-loops"]
+    assert doc["attention"] == ["fused@-O3", "fused@-O1 -funroll-loops"]
+    assert set(doc["builds"]) == {"-O3", "-O1 -funroll-loops"}
+    assert doc["attention_builds"]["fused@-O3"] == "-O3"
+    assert doc["memory"]["builds"] == 2
+    assert {(x["a"], x["b"]) for x in doc["checks"]} == {
+        ("decomposed@-O3", "fused@-O3"),
+        ("decomposed@-O1 -funroll-loops", "fused@-O1 -funroll-loops")}
+    assert {r["build"] for r in doc["runs"]} == {"-O3", "-O1 -funroll-loops"}
+    rows = list(csv.DictReader(io.StringIO(c.read_text())))
+    assert {r["build"] for r in rows} == {"-O3", "-O1 -funroll-loops"}
+    other = json.loads(t.read_text())["otherData"]
+    assert "build[-O3]" in other and "attention[fused@-O3]" in other
+
+
+def test_machine_and_build_context_everywhere(tmp_path):
+    c, t, j = tmp_path / "p.csv", tmp_path / "t.json", tmp_path / "p.json"
+    res = run(*TINY, *FAST, "--attention", "fused", "--context", "12", "--csv", str(c),
+              "--trace", str(t), "--json", str(j))
+    assert res.exit_code == 0, res.output
+    doc = json.loads(j.read_text())
+    m = doc["machine"]
+    assert m["cpu"] and m["logical_cores"] >= 1 and m["threads"] == 1 == doc["threads"]
+    assert m["abi_version"] == 1 and "sdpa_probe" in m
+    b = doc["builds"]["default"]
+    assert b["module"].startswith("_sdpa_probe_native_") and b["cc_version"] and b["flags"]
+    assert doc["attention_builds"] == {"fused": "default", "decomposed": "default"}
+    # the table header
+    assert f"machine: {m['cpu']}" in res.stdout and "build: " in res.stdout
+    assert b["module"] in res.stdout
+    # CSV: every row carries the machine and build
+    rows = list(csv.DictReader(io.StringIO(c.read_text())))
+    assert all(r["cpu"] == m["cpu"] and r["module"] == b["module"] and r["threads"] == "1"
+               and r["cflags"] == " ".join(b["flags"]) and r["build"] == "default"
+               for r in rows)
+    # Chrome trace: valid structure plus otherData and per-process labels
+    trace = json.loads(t.read_text())
+    assert isinstance(trace["traceEvents"], list) and trace["displayTimeUnit"] == "ms"
+    for e in trace["traceEvents"]:
+        assert e["ph"] in ("X", "M") and isinstance(e["pid"], int) and isinstance(e["tid"], int)
+        if e["ph"] == "X":
+            assert isinstance(e["ts"], float | int) and isinstance(e["dur"], float | int)
+            assert e["name"] and e["cat"]
+    assert {"process_name", "process_labels"} <= {e["name"] for e in trace["traceEvents"]
+                                                  if e["ph"] == "M"}
+    other = trace["otherData"]
+    assert other["cpu"] == m["cpu"] and b["module"] in other["build[default]"]
+    assert all(isinstance(v, str) for v in other.values())
+
+
+def test_interactive_session_with_deltas_and_save(tmp_path):
+    saved, final = tmp_path / "explored.json", tmp_path / "final.json"
+    commands = "\n".join([
+        "context 30",                         # run 2: the context changes
+        "attention=decomposed, cache=f32",    # run 3: two settings on one line
+        "bogus 1",                            # an error, and the loop goes on
+        "model",                              # an odd number of words
+        "threads 0",                          # run 4
+        "",                                   # run 5: rerun as is
+        f"save {saved}",
+        "history",
+        "quit",
+        "context 99",                         # never read
+    ]) + "\n"
+    res = cli.invoke(app, ["profile", *TINY, *FAST, "--context", "20", "--interactive",
+                           "--script", "--json", str(final)], input=commands)
+    assert res.exit_code == 0, res.output
+    out = res.stdout
+    assert out.count("sum of ops") == 5
+    for n in (1, 2, 3, 4):
+        assert f"Δ ms vs #{n}" in out
+    assert "new" in out  # decomposed ops the fused run did not have
+    assert "after context 20 -> 30" in out and "attention fused -> decomposed" in out
+    assert "runs so far" in out
+    assert "error: unknown setting 'bogus'" in res.stderr
+    assert "settings come in pairs" in res.stderr
+    doc = json.loads(saved.read_text())
+    assert doc["interactive"] is True and len(doc["runs"]) == 5
+    r = doc["runs"]
+    assert r[0]["changed"] == {} and r[0]["delta_step_ms"] is None
+    assert r[1]["changed"] == {"context": ["20", "30"]} and r[1]["settings"]["context"] == "30"
+    assert r[2]["changed"] == {"attention": ["fused", "decomposed"], "cache": ["f16", "f32"]}
+    assert r[3]["settings"]["threads"] == 0 and r[4]["changed"] == {}
+    assert all(isinstance(x["delta_step_ms"], float) for x in r[1:])
+    assert r[2]["result"]["graph"] == "decomposed" and r[2]["result"]["cache"] == "f32"
+    assert len(json.loads(final.read_text())["runs"]) == 5  # --json: written at the end
+
+
+def test_interactive_ends_at_end_of_input():
+    res = cli.invoke(app, ["profile", *TINY, *FAST, "--context", "9", "-i", "--script"],
+                     input="attention nope\n")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.count("sum of ops") == 1 and "unknown attention 'nope'" in res.stderr

@@ -562,10 +562,10 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
                     raise ProbeError(f"{other.title} disagrees with {ref.title} at context "
                                      f"{ctx}: max |diff| / rms of the logits = "
                                      f"{chk['rel_err']:.3g} > {chk['tol']}")
-            errs = ", ".join(f"{c['rel_err']:.2g}" for c in checks[-len(pairs):])
+            agree = ", ".join(f"{c['b']} vs {c['a']} rel err {c['rel_err']:.2g}"
+                              for c in checks[-len(pairs):])
             note(f"context {ctx}: {' vs '.join(a.title for a in atts)}, "
-                 f"{s.warmup} warm-up + {s.steps} steps (outputs agree with the decomposed "
-                 f"graph: rel err {errs})")
+                 f"{s.warmup} warm-up + {s.steps} steps (logits agree: {agree})")
             rs = measure(sess, atts, ctx, None if live else progress, on_step)
             runs.extend(rs)
             for r in rs:
