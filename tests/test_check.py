@@ -318,3 +318,12 @@ def test_prebuilt_shared_library_kernel(tmp_path):
     backend = NativeBackend("so", load_user_kernel(so))
     case = Case("so", q_len=3, kv_len=70, causal=True, start_pos=67)
     assert run_one(backend, case, prepare_case(case))["status"] == "pass"
+
+
+@pytest.mark.slow
+def test_full_suite_passes_for_native_kernels_and_torch(tmp_path):
+    j = tmp_path / "full.json"
+    res = runner.invoke(app, ["check", "--suite", "full", "--json", str(j)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(j.read_text())
+    assert doc["summary"]["fail"] == doc["summary"]["crash"] == doc["summary"]["timeout"] == 0
