@@ -217,34 +217,37 @@ typedef struct {
   const char *k, *v;              /* per row: K / V element (b, 0, hk0, 0) */
   int64_t ks1, ks2, vs1, vs2;     /* position and head strides, bytes */
   int64_t kbytes, vbytes;         /* bytes of one K / V row */
+  int64_t klines, vlines;         /* 64-byte lines of one K / V row (rounded up) */
   int64_t nh;                     /* kv heads of the task */
   int64_t j, h, j_end;            /* per row: next row (position j, head h); none at j_end */
 } fc_prefetch;
 
-SDPA_INLINE const char *fc_prefetch_lines(const char *p, const char *end, int64_t bytes) {
-  if (p + bytes <= end) {
-    for (int64_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, FC_PF_HINT);
-    return p + bytes;
-  }
-  for (; p < end; p += 64) __builtin_prefetch(p, 0, FC_PF_HINT);
-  return p;
+/* n lines from p on (64-byte lines). */
+SDPA_INLINE void fc_prefetch_n(const char *p, int64_t n) {
+#pragma GCC unroll 4
+  for (int64_t i = 0; i < n; i++) __builtin_prefetch(p + 64 * i, 0, FC_PF_HINT);
 }
 
-/* One K row's and one V row's worth of the next block. */
-SDPA_INLINE void fc_prefetch_step(fc_prefetch *pf) {
+/* The next block's share for KS keys of this pass: KS K rows and KS V rows. */
+SDPA_INLINE void fc_prefetch_step(fc_prefetch *pf, const int KS) {
   if (pf->linear) {
-    pf->kc = fc_prefetch_lines(pf->kc, pf->kend, pf->kbytes);
-    pf->vc = fc_prefetch_lines(pf->vc, pf->vend, pf->vbytes);
+    const int64_t kb = KS * pf->kbytes, vb = KS * pf->vbytes;
+    if (pf->kc + kb > pf->kend || pf->vc + vb > pf->vend) return; /* tail: left to the hardware */
+    for (int k = 0; k < KS; k++) { /* K and V interleaved, row by row: measurably better */
+      fc_prefetch_n(pf->kc + k * pf->kbytes, pf->klines);
+      fc_prefetch_n(pf->vc + k * pf->vbytes, pf->vlines);
+    }
+    pf->kc += kb;
+    pf->vc += vb;
     return;
   }
-  if (pf->j >= pf->j_end) return;
-  const char *kr = pf->k + pf->j * pf->ks1 + pf->h * pf->ks2;
-  const char *vr = pf->v + pf->j * pf->vs1 + pf->h * pf->vs2;
-  for (int64_t o = 0; o < pf->kbytes; o += 64) __builtin_prefetch(kr + o, 0, FC_PF_HINT);
-  for (int64_t o = 0; o < pf->vbytes; o += 64) __builtin_prefetch(vr + o, 0, FC_PF_HINT);
-  if (++pf->h == pf->nh) {
-    pf->h = 0;
-    pf->j++;
+  for (int k = 0; k < KS && pf->j < pf->j_end; k++) {
+    fc_prefetch_n(pf->k + pf->j * pf->ks1 + pf->h * pf->ks2, pf->klines);
+    fc_prefetch_n(pf->v + pf->j * pf->vs1 + pf->h * pf->vs2, pf->vlines);
+    if (++pf->h == pf->nh) {
+      pf->h = 0;
+      pf->j++;
+    }
   }
 }
 
@@ -273,8 +276,7 @@ SDPA_INLINE void fc_scores(const int NR, const int DT, const float *SDPA_RESTRIC
   for (int64_t j = 0; j < n; j += KS) {
     const char *kr[8];
     v8i zk[8];
-    if (pf != NULL)
-      for (int k = 0; k < KS; k++) fc_prefetch_step(pf);
+    if (pf != NULL) fc_prefetch_step(pf, KS);
 #pragma GCC unroll 8
     for (int k = 0; k < KS; k++) {
       int64_t jj = j + k < n ? j + k : n - 1; /* never past the block's last key */
@@ -437,47 +439,124 @@ typedef struct {
 
 /* ---- the fast path: one key block for every row of the task ------------- */
 
-/* Online-softmax update of one row from its block scores s[0, n8) (keys at
- * or past lim already hidden). Leaves P in s and returns the factor the row's
- * accumulator must be rescaled by. */
-SDPA_INLINE float fc_softmax_row(float *SDPA_RESTRICT s, int64_t n8, float *m, float *l) {
-  const float neg_inf = -INFINITY;
-  v8f vmax = v8f_set1(neg_inf);
-  v8i vnan = fc_set1i(0);
-  for (int64_t j = 0; j < n8; j += 8) {
-    v8f x = v8f_load(s + j);
-    vmax = fc_max(vmax, x);
-    vnan |= (v8i)(x != x);
-  }
+/* exp(x) for the softmax (x = score - running max <= 0, -inf or NaN): the
+ * range reduction and polynomial of common.h's v8f_exp, with FMAs and a
+ * rounding instruction. exp(x < -87.34) = 0, exp(-inf) = 0, NaN propagates. */
+SDPA_INLINE v8f fc_exp(v8f x) {
 #ifdef FC_X86
-  const int has_nan = _mm256_movemask_ps((__m256)vnan) != 0;
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128((__m256)vmax),
-                         _mm256_extractf128_ps((__m256)vmax, 1));
+  const __m256 lo = _mm256_set1_ps(-87.3365447505531f), hi = _mm256_set1_ps(88.3762626647949f);
+  __m256 X = (__m256)x;
+  __m256 keep = _mm256_cmp_ps(X, lo, _CMP_NLT_UQ); /* x >= lo, or NaN */
+  __m256 xc = _mm256_min_ps(hi, _mm256_max_ps(lo, X)); /* NaN passes through (src2) */
+  __m256 fx = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), xc);
+  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+  p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  __m256i n = _mm256_cvtps_epi32(fx);
+  __m256 pow2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
+  return (v8f)_mm256_and_ps(_mm256_mul_ps(p, pow2), keep);
+#else
+  return v8f_exp(x);
+#endif
+}
+
+SDPA_INLINE float fc_hmax(v8f v) {
+#ifdef FC_X86
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128((__m256)v), _mm256_extractf128_ps((__m256)v, 1));
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
   m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float bm = _mm_cvtss_f32(m4); /* meaningless with NaN about: has_nan decides then */
+  return _mm_cvtss_f32(m4);
 #else
-  const float bm = v8f_hmax(vmax);
-  int has_nan = 0;
-  for (int i = 0; i < 8; i++) has_nan |= vnan[i] != 0;
+  return v8f_hmax(v);
 #endif
-  if (bm == neg_inf && !has_nan) { /* nothing visible in this block */
-    memset(s, 0, (size_t)n8 * sizeof(float));
-    return 1.0f;
+}
+
+SDPA_INLINE float fc_hsum(v8f v) {
+#ifdef FC_X86
+  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128((__m256)v), _mm256_extractf128_ps((__m256)v, 1));
+  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
+  return _mm_cvtss_f32(s4);
+#else
+  return v8f_hsum(v);
+#endif
+}
+
+SDPA_INLINE int fc_any(v8i m) {
+#ifdef FC_X86
+  return _mm256_movemask_ps((__m256)m) != 0;
+#else
+  int any = 0;
+  for (int i = 0; i < 8; i++) any |= m[i] != 0;
+  return any;
+#endif
+}
+
+/* Online-softmax update of the NR rows of a tile from their block scores
+ * S[r][0, n8) (keys a row must not see already -inf). Leaves P in S and the
+ * factor each row's accumulator must be rescaled by in alpha[r]. The rows'
+ * reductions and exps are interleaved so that their latencies overlap. */
+SDPA_INLINE void fc_softmax_tile(const int NR, float *SDPA_RESTRICT S, int64_t sst, int64_t n8,
+                                 float *m, float *l, float *alpha) {
+  const float neg_inf = -INFINITY;
+  v8f mx[4], vs[4];
+  v8i nn[4];
+  for (int r = 0; r < NR; r++) {
+    mx[r] = v8f_set1(neg_inf);
+    nn[r] = fc_set1i(0);
+    vs[r] = v8f_set1(0.0f);
   }
-  float m_old = *m;
-  float m_new = bm > m_old ? bm : m_old;
-  if (has_nan) m_new = NAN; /* poison the row, as the reference would */
-  v8f vm = v8f_set1(m_new), vsum = v8f_set1(0.f);
-  for (int64_t j = 0; j < n8; j += 8) {
-    v8f e = v8f_exp(v8f_load(s + j) - vm);
-    v8f_store(s + j, e);
-    vsum += e;
+  for (int64_t j = 0; j < n8; j += 8)
+    for (int r = 0; r < NR; r++) {
+      v8f x = v8f_load(S + r * sst + j);
+      mx[r] = fc_max(mx[r], x);
+      nn[r] |= (v8i)(x != x);
+    }
+  v8f vm[4];
+  float m_new[4];
+  int need_exp = 0;
+  for (int r = 0; r < NR; r++) {
+    const float bm = fc_hmax(mx[r]); /* meaningless with NaN about: has_nan decides then */
+    const int has_nan = fc_any(nn[r]);
+    const float m_old = m[r];
+    alpha[r] = 1.0f;
+    if (bm == neg_inf && !has_nan) { /* nothing visible in this block: P = 0 */
+      m_new[r] = m_old;
+      vm[r] = v8f_set1(INFINITY);
+      continue;
+    }
+    float mn = bm > m_old ? bm : m_old;
+    if (has_nan) mn = NAN; /* poison the row, as the reference would */
+    m_new[r] = mn;
+    vm[r] = v8f_set1(mn);
+    if (m_old == neg_inf) alpha[r] = 0.0f;
+    else if (m_old != mn) need_exp = 1;
   }
-  float alpha = m_old == neg_inf ? 0.0f : (m_old == m_new ? 1.0f : sdpa_expf_fast(m_old - m_new));
-  *l = *l * alpha + v8f_hsum(vsum);
-  *m = m_new;
-  return alpha;
+  for (int64_t j = 0; j < n8; j += 8)
+    for (int r = 0; r < NR; r++) {
+      v8f e = fc_exp(v8f_load(S + r * sst + j) - vm[r]);
+      v8f_store(S + r * sst + j, e);
+      vs[r] += e;
+    }
+  if (need_exp) { /* one vector exp for every row whose max moved */
+    v8f dv = v8f_set1(0.0f);
+    for (int r = 0; r < NR; r++)
+      if (m[r] != neg_inf && m[r] != m_new[r]) dv[r] = m[r] - m_new[r];
+    v8f ev = fc_exp(dv);
+    for (int r = 0; r < NR; r++)
+      if (m[r] != neg_inf && m[r] != m_new[r]) alpha[r] = ev[r];
+  }
+  for (int r = 0; r < NR; r++) {
+    l[r] = l[r] * alpha[r] + fc_hsum(vs[r]);
+    m[r] = m_new[r];
+  }
 }
 
 static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int64_t q0,
@@ -541,12 +620,18 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
           for (; j < lim[r]; j++) s[j] += mrow[j];
         }
         for (int64_t j = lim[r]; j < n8; j++) s[j] = neg_inf;
-        float alpha = fc_softmax_row(s, n8, tb->m + row, tb->l + row);
+      }
+      float alpha[FC_TILE];
+      if (nr == 4) fc_softmax_tile(4, S, kvp, n8, tb->m + t0, tb->l + t0, alpha);
+      else if (nr == 2) fc_softmax_tile(2, S, kvp, n8, tb->m + t0, tb->l + t0, alpha);
+      else fc_softmax_tile(1, S, kvp, n8, tb->m + t0, tb->l + t0, alpha);
+      for (int r = 0; r < nr; r++) {
+        float *s = S + r * kvp;
         if (vdt == SDPA_I8)
           for (int64_t j = 0; j < n8; j += 8) v8f_store(s + j, v8f_load(s + j) * v8f_load(tb->vsc + j));
-        if (alpha != 1.0f) {
-          float *acc = tb->acc + row * D;
-          v8f va = v8f_set1(alpha);
+        if (alpha[r] != 1.0f) {
+          float *acc = tb->acc + (t0 + r) * D;
+          v8f va = v8f_set1(alpha[r]);
           for (int64_t d = 0; d < D; d += 8) v8f_store(acc + d, v8f_load(acc + d) * va);
         }
       }
@@ -735,6 +820,8 @@ static void flash_task(void *vctx, int64_t t, int thread) {
     pf.vs2 = a->v.stride[2] * vi;
     pf.kbytes = D * ki;
     pf.vbytes = D * vi;
+    pf.klines = (pf.kbytes + 63) / 64;
+    pf.vlines = (pf.vbytes + 63) / 64;
     pf.nh = nh;
     /* rows of one position for the task's heads back to back, positions too */
     pf.linear = pf.ks2 == pf.kbytes && pf.vs2 == pf.vbytes && pf.ks1 == nh * pf.kbytes &&
