@@ -1,0 +1,184 @@
+"""`probe bench`: shape names, byte and FLOP counts, the JSON contract, and
+regression guards on speed *ratios* measured side by side (never absolute
+times): interleaved rounds, medians, generous margins, best of three attempts
+so that a burst of other work on a shared machine does not fail the suite."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from sdpa_probe import bench, native
+from sdpa_probe.backends import executorch_library
+from sdpa_probe.cli import app
+from sdpa_probe.errors import ProbeError
+
+FAKE_ROOF = {"read_bw_gbs_1t": 10.0, "read_bw_gbs_all": 20.0, "l2_read_bw_gbs": 50.0,
+             "fma_gflops_1t": 40.0, "fma_gflops_all": 80.0, "measured_at": "test"}
+
+
+# ---- shapes ------------------------------------------------------------------------
+
+def test_presets_cover_the_issue_and_names_round_trip():
+    names = set(bench.PRESETS)
+    assert len(names) == 30  # (4 decode kv + 1 prefill) x 2 head shapes x 3 dtypes
+    for must in ("decode-h32kv8d64-kv8192-f32", "decode-h16kv16d128-kv32768-i8",
+                 "decode-h32kv8d64-kv512-f16", "prefill-h32kv8d64-q512-kv512-causal-f32",
+                 "prefill-h16kv16d128-q512-kv512-causal-i8"):
+        assert must in names
+    for name, shape in bench.PRESETS.items():
+        assert shape.name == name
+        assert bench.parse_shape(name) == shape
+
+
+def test_custom_shapes_parse_and_bad_ones_are_refused():
+    s = bench.parse_shape("decode-h8kv2d128-kv1000-bf16-b2")
+    assert (s.n_heads, s.n_kv_heads, s.head_dim, s.q_len, s.kv_len, s.dtype, s.batch) == \
+        (8, 2, 128, 1, 1000, "bf16", 2)
+    assert not s.causal
+    p = bench.parse_shape("prefill-h4kv4d64-kv300-f16")  # prefill: q_len = kv_len, causal
+    assert p.q_len == 300 and p.causal and p.start_pos == 0
+    c = bench.parse_shape("prefill-h4kv1d64-q16-kv300-causal-f32")  # a chunk on a cache
+    assert c.q_len == 16 and c.start_pos == 284
+    for bad in ("decode-h8kv3d64-kv10-f32", "decode-h8kv2d64-kv10-f64", "nonsense", ""):
+        with pytest.raises(ProbeError):
+            bench.select_shapes(bad)
+
+
+def test_groups_select_presets():
+    targets = {s.name for s in bench.select_shapes("targets")}
+    assert {"decode-h32kv8d64-kv512-f32", "decode-h32kv8d64-kv2048-f32",
+            "decode-h32kv8d64-kv8192-f32", "decode-h32kv8d64-kv8192-f16",
+            "decode-h32kv8d64-kv8192-i8", "prefill-h32kv8d64-q512-kv512-causal-f32"} <= targets
+    only16 = bench.select_shapes("decode", dtypes=["f16"])
+    assert only16 and all(s.dtype == "f16" and s.kind == "decode" for s in only16)
+
+
+def test_bytes_and_flops():
+    s = bench.PRESETS["decode-h32kv8d64-kv8192-f32"]
+    assert s.kv_bytes == 2 * 8192 * 8 * 64 * 4 == 33_554_432
+    assert s.flops == 4 * 32 * 8192 * 64
+    i8 = bench.PRESETS["decode-h32kv8d64-kv8192-i8"]
+    assert i8.kv_bytes == 2 * 8192 * 8 * (64 + 5)  # + per-token scale and zero point
+    p = bench.PRESETS["prefill-h32kv8d64-q512-kv512-causal-f32"]
+    assert p.flops == 4 * 32 * 64 * (512 * 513 // 2)  # causal: only visible pairs
+
+
+# ---- the measurement and its JSON ---------------------------------------------------
+
+def test_bench_measures_the_real_computation():
+    """The buffers the C timing loop runs on hold a correct result."""
+    shape = bench.parse_shape("decode-h8kv2d64-kv300-f32")
+    sets = bench.make_inputs(shape, n_sets=3)
+    party = bench.NativeParty(native.get_kernel("flash"), shape, sets, threads=2)
+    assert len(party.run(7)) == 7  # rotates through the three sets
+    for s in sets:
+        q, k, v = (torch.from_numpy(x).permute(0, 2, 1, 3) for x in (s.q32, s.k32, s.v32))
+        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        np.testing.assert_allclose(s.out, ref.permute(0, 2, 1, 3).numpy(), atol=1e-5)
+
+
+def test_json_contract():
+    shapes = [bench.parse_shape("decode-h8kv2d64-kv512-f32"),
+              bench.parse_shape("decode-h8kv2d64-kv512-i8")]
+    doc = bench.run(shapes, peers=("torch",), threads=2, rounds=2, min_time=0.002,
+                    roofline=FAKE_ROOF)
+    json.dumps(doc)  # serialisable as is
+    assert doc["mode"] == "warm" and doc["threads"] == 2
+    assert [r["shape"] for r in doc["results"]] == [s.name for s in shapes]
+    assert [r["kernel"] for r in doc["results"]] == ["flash", "quant_int8"]
+    for r in doc["results"]:
+        for key in ("kernel", "shape", "median_us", "iqr_us", "gb_s", "roofline_pct", "ratio"):
+            assert key in r, key
+        assert r["median_us"] > 0 and r["iqr_us"] >= 0 and r["gb_s"] > 0
+        assert isinstance(r["roofline_pct"], float) and r["roofline_pct"] > 0
+        assert set(r["ratio"]) == {"torch"}
+        torch_us = r["peers"]["torch"]["median_us"]
+        assert r["ratio"]["torch"] == pytest.approx(torch_us / r["median_us"], rel=1e-2)
+
+
+def test_cli_json_to_stdout_and_cold_mode():
+    res = CliRunner().invoke(app, ["bench", "--shape", "decode-h4kv2d64-kv256-f16", "--vs",
+                                   "torch", "--rounds", "2", "--min-time", "0.001", "--cold",
+                                   "--json", "-"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["mode"] == "cold"
+    (r,) = doc["results"]
+    assert r["shape"] == "decode-h4kv2d64-kv256-f16" and r["kernel"] == "flash"
+    assert "torch" in r["ratio"]
+
+
+def test_cli_refuses_unknown_peer_and_shape():
+    runner = CliRunner()
+    res = runner.invoke(app, ["bench", "--shape", "decode-h4kv2d64-kv64-f32", "--vs", "tvm"])
+    assert res.exit_code == 2 and "unknown peer" in res.output
+    res = runner.invoke(app, ["bench", "--shape", "decode-h4kv3d64-kv64-f32"])
+    assert res.exit_code == 2 and "bad shape" in res.output
+
+
+# ---- regression guards: ratios only --------------------------------------------------
+
+def _ratio(shape: str, kernel: str, peer: str, attempts: int = 3, want: float = 1.0) -> float:
+    """Median(peer) / median(kernel), both measured in the same interleaved run; the
+    best of a few attempts (a shared machine has bursts of other work)."""
+    best = 0.0
+    s = bench.parse_shape(shape)
+    for _ in range(attempts):
+        if peer in bench.PEERS:
+            doc = bench.run([s], kernels=[kernel], peers=[peer], rounds=5, min_time=0.02,
+                            roofline=False)
+            r = doc["results"][0]["ratio"][peer]
+        else:  # another native kernel
+            doc = bench.run([s], kernels=[kernel, peer], peers=[], rounds=5, min_time=0.02,
+                            roofline=False)
+            a, b = doc["results"]
+            r = b["median_us"] / a["median_us"]
+        best = max(best, r)
+        if best >= want:
+            break
+    return best
+
+
+def test_flash_decode_beats_the_decomposed_graph():
+    # measured here: ~30x; the decomposed graph materialises the GQA broadcast and scores
+    assert _ratio("decode-h32kv8d64-kv2048-f32", "flash", "decomposed", want=5.0) >= 5.0
+
+
+def test_flash_decode_beats_torch():
+    # measured here: 2.2x - 2.6x at kv 8192 (2 threads each)
+    assert _ratio("decode-h32kv8d64-kv8192-f32", "flash", "torch", want=1.3) >= 1.3
+
+
+def test_flash_prefill_keeps_up_with_torch():
+    # measured here: ~1.5x on this smaller causal prefill
+    assert _ratio("prefill-h8kv2d64-q256-kv256-causal-f32", "flash", "torch", want=0.8) >= 0.8
+
+
+def test_flash_f16_decode_is_not_slower_than_f32():
+    """F16 K/V are converted in registers (half the bytes); a regression to a
+    scratch conversion pass made it 3x slower than F32."""
+    f32 = bench.parse_shape("decode-h32kv8d64-kv8192-f32")
+    f16 = bench.parse_shape("decode-h32kv8d64-kv8192-f16")
+    best = 0.0
+    for _ in range(3):
+        # one doc per shape, alternating, medians compared
+        a = bench.run([f32], peers=[], rounds=4, min_time=0.02, roofline=False)
+        b = bench.run([f16], peers=[], rounds=4, min_time=0.02, roofline=False)
+        best = max(best, a["results"][0]["median_us"] / b["results"][0]["median_us"])
+        if best >= 0.8:
+            break
+    assert best >= 0.8
+
+
+def test_quant_int8_beats_per_block_allocation():
+    assert _ratio("decode-h32kv8d64-kv4096-i8", "quant_int8", "quant_int8_alloc",
+                  want=1.3) >= 1.3
+
+
+@pytest.mark.skipif(executorch_library() is None, reason="executorch not installed")
+def test_quant_int8_beats_executorch_quantized_sdpa():
+    # measured here: ~11x against custom_quantized_sdpa at kv 2048
+    assert _ratio("decode-h32kv8d64-kv2048-i8", "quant_int8", "executorch", want=3.0) >= 3.0
