@@ -475,3 +475,20 @@ def test_interactive_ends_at_end_of_input():
                      input="attention nope\n")
     assert res.exit_code == 0, res.output
     assert res.stdout.count("sum of ops") == 1 and "unknown attention 'nope'" in res.stderr
+
+
+def test_prebuilt_so_user_kernel(tmp_path):
+    import subprocess
+
+    from conftest import EXAMPLE_KERNEL
+
+    from sdpa_probe import build
+
+    so = tmp_path / "mk.so"
+    subprocess.run(build.compiler_command(None) + [
+        "-shared", "-fPIC", "-O2", f"-I{build.INCLUDE_DIR}", str(EXAMPLE_KERNEL), "-o", str(so),
+        "-lm"], check=True)
+    doc = json_run("--kernel", str(so), "--context", "9", "--cache", "i8")
+    u = doc["user_kernels"]["user:mk.so"]
+    assert u["prebuilt"] is True and u["module"].startswith("_sdpa_probe_user_so")
+    assert doc["checks"][0]["b"] == "user" and doc["checks"][0]["ok"]

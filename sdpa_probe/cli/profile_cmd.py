@@ -41,7 +41,7 @@ def profile_command(
     ab: str = typer.Option(None, "--ab", help="A,B: interleaved A/B of two attention graphs, "
                            "e.g. decomposed,fused; either may be GRAPH@CFLAGS, a build with "
                            "other flags: --ab 'fused@-O3,fused@-O1'."),
-    kernel: str = typer.Option(None, "--kernel", "-k",
+    kernel: str = typer.Option(None, "--kernel",
                                help="PATH.c or PATH.so: a user sdpa_forward "
                                     "(native/include/sdpa_probe.h) as attention 'user'."),
     context: str = typer.Option("1000", "--context", "-c",

@@ -90,7 +90,9 @@ class UserKernel:
         r = self.result
         return {"path": str(self.path), "sha256": self.sha256, "module": r.module_name,
                 "cc": r.cc, "cc_version": r.cc_version, "flags": list(r.flags),
-                "extra_cflags": self.cflags}
+                "extra_cflags": self.cflags,
+                # a .so is linked through a shim module: flags are the shim's, not the .so's
+                "prebuilt": self.path.suffix == ".so"}
 
 
 def user_kernel(path: str, cflags: str | None = None) -> UserKernel:

@@ -76,7 +76,10 @@ def build_line(doc: dict, attention: str) -> str:
     text = (f"build: {short_cc(b['cc_version'])} {flags_text(b['flags'])} -> {b['module']}")
     kern = doc["kernels"].get(attention) or ""
     u = doc.get("user_kernels", {}).get(kern)
-    if u:
+    if u and u.get("prebuilt"):
+        text += (f"\nuser kernel: {kern} (sha256 {u['sha256']}), a prebuilt .so linked "
+                 f"through {u['module']}")
+    elif u:
         text += (f"\nuser kernel: {kern} (sha256 {u['sha256']}) {flags_text(u['flags'])} -> "
                  f"{u['module']}")
     return text
