@@ -46,6 +46,7 @@ typedef struct {
   float scale;
   int k_direct, v_direct; /* F32 with unit dim stride: read in place */
   int fast;               /* the register-tiled block path */
+  int iqk;                /* fast path, int8 Q and K: integer Q.K^T */
   char *scratch;
   int64_t scratch_stride; /* bytes per thread */
   float *partial;         /* split-k: [batch, kv head, query block, split][R_max][D + 2] */
@@ -74,6 +75,7 @@ static int64_t per_thread_floats(const flash_ctx *c) {
     n += FC_TILE * kvp; /* scores of one tile */
     if (c->a->kv_len > 0 && (c->a->k.dtype == SDPA_I8 || c->a->v.dtype == SDPA_I8))
       n += 4 * kvp;     /* per-key scales and zero points of a block */
+    if (c->iqk) n += PAD16(RH); /* per-row factor scale * q_scale */
     return n;
   }
   n += PAD16(R * kvp);
@@ -111,6 +113,12 @@ static void setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
   c->fast = !cfg->alloc_per_block && c->D % 8 == 0 &&
             (a->kv_len == 0 || (a->k.stride[3] == 1 && a->v.stride[3] == 1 &&
                                 fast_dtype(a->k.dtype) && fast_dtype(a->v.dtype)));
+#ifdef FC_X86
+  c->iqk = c->fast && a->kv_len > 0 && a->q.dtype == SDPA_I8 && a->k.dtype == SDPA_I8 &&
+           c->D % 16 == 0 && c->D <= 256;
+#else
+  c->iqk = 0;
+#endif
   int nt = sdpa_threads(a);
   int64_t base = a->batch * c->n_hchunks * c->n_qblocks;
   int64_t max_splits = (a->kv_len + c->kvb - 1) / c->kvb;
@@ -202,6 +210,29 @@ SDPA_INLINE void fc_scal(float *y, float alpha, int64_t n) {
   int64_t d = 0;
   for (; d + 8 <= n; d += 8) v8f_store(y + d, v8f_load(y + d) * va);
   for (; d < n; d++) y[d] *= alpha;
+}
+
+/* Lane r * (8 / NR) + k of the reduced acc[] is row r's score of key j + k. */
+SDPA_INLINE void fc_store_scores(const int NR, const v8f *acc, float *S, int64_t sst, int64_t j) {
+  v8f s = fc_hsum8(acc);
+#ifdef FC_X86
+  if (NR == 1) {
+    v8f_store(S + j, s);
+  } else if (NR == 2) {
+    _mm_storeu_ps(S + j, _mm256_castps256_ps128((__m256)s));
+    _mm_storeu_ps(S + sst + j, _mm256_extractf128_ps((__m256)s, 1));
+  } else {
+    __m128 lo = _mm256_castps256_ps128((__m256)s), hi = _mm256_extractf128_ps((__m256)s, 1);
+    _mm_storel_pi((__m64 *)(S + j), lo);
+    _mm_storeh_pi((__m64 *)(S + sst + j), lo);
+    _mm_storel_pi((__m64 *)(S + 2 * sst + j), hi);
+    _mm_storeh_pi((__m64 *)(S + 3 * sst + j), hi);
+  }
+#else
+  const int KS = 8 / NR;
+  for (int r = 0; r < NR; r++)
+    for (int k = 0; k < KS; k++) S[r * sst + j + k] = s[r * KS + k];
+#endif
 }
 
 /* Software prefetch of the next key block. K / V rows are head_dim elements
@@ -302,26 +333,54 @@ SDPA_INLINE void fc_scores(const int NR, const int DT, const float *SDPA_RESTRIC
         for (int k = 0; k < KS; k++) acc[r * KS + k] = fc_fma(qv, kv[k], acc[r * KS + k]);
       }
     }
-    v8f s = fc_hsum8(acc);
-#ifdef FC_X86
-    if (NR == 1) {
-      v8f_store(S + j, s);
-    } else if (NR == 2) {
-      _mm_storeu_ps(S + j, _mm256_castps256_ps128((__m256)s));
-      _mm_storeu_ps(S + sst + j, _mm256_extractf128_ps((__m256)s, 1));
-    } else {
-      __m128 lo = _mm256_castps256_ps128((__m256)s), hi = _mm256_extractf128_ps((__m256)s, 1);
-      _mm_storel_pi((__m64 *)(S + j), lo);
-      _mm_storeh_pi((__m64 *)(S + sst + j), lo);
-      _mm_storel_pi((__m64 *)(S + 2 * sst + j), hi);
-      _mm_storeh_pi((__m64 *)(S + 3 * sst + j), hi);
-    }
-#else
-    for (int r = 0; r < NR; r++)
-      for (int k = 0; k < KS; k++) S[r * sst + j + k] = s[r * KS + k];
-#endif
+    fc_store_scores(NR, acc, S, sst, j);
   }
 }
+
+#ifdef FC_X86
+/* The scores of int8 Q against int8 K, exact: (q - zq) . (k - zk) in int32
+ * through 16-bit multiply-adds (|x - z| <= 255: products and pair sums fit),
+ * converted to float (exact below 2^24, i.e. head_dim <= 256). The caller
+ * applies scale * q_scale * k_scale. head_dim a multiple of 16. */
+SDPA_INLINE void fc_scores_iq(const int NR, const int16_t *SDPA_RESTRICT Qi, int64_t D,
+                              const char *K, int64_t ks, const int32_t *kz, int64_t n,
+                              float *SDPA_RESTRICT S, int64_t sst, fc_prefetch *pf) {
+  const int KS = 8 / NR;
+  for (int64_t j = 0; j < n; j += KS) {
+    const char *kr[8];
+    __m256i zk[8];
+    if (pf != NULL) fc_prefetch_step(pf, KS);
+#pragma GCC unroll 8
+    for (int k = 0; k < KS; k++) {
+      int64_t jj = j + k < n ? j + k : n - 1; /* never past the block's last key */
+      kr[k] = K + jj * ks;
+      zk[k] = _mm256_set1_epi16((short)kz[jj]);
+    }
+    __m256i acc[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_si256();
+    for (int64_t d = 0; d < D; d += 16) {
+      __m256i kv[8];
+#pragma GCC unroll 8
+      for (int k = 0; k < KS; k++)
+        kv[k] = _mm256_sub_epi16(
+            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(kr[k] + d))), zk[k]);
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; r++) {
+        __m256i qv = _mm256_loadu_si256((const __m256i *)(Qi + r * D + d));
+        if (KS > 1) __asm__("" : "+x"(qv));
+#pragma GCC unroll 8
+        for (int k = 0; k < KS; k++)
+          acc[r * KS + k] = _mm256_add_epi32(acc[r * KS + k], _mm256_madd_epi16(qv, kv[k]));
+      }
+    }
+    v8f accf[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) accf[i] = (v8f)_mm256_cvtepi32_ps(acc[i]);
+    fc_store_scores(NR, accf, S, sst, j);
+  }
+}
+#endif
 
 /* acc[r][d0 : d0 + 8 VC] += sum_j P[r][j] V[j][d0 : ...] for the NR rows. */
 SDPA_INLINE void fc_pv_chunk(const int NR, const int VC, const int DT, float *SDPA_RESTRICT acc,
@@ -382,6 +441,21 @@ FC_INST_DT(f16, SDPA_F16)
 FC_INST_DT(bf16, SDPA_BF16)
 FC_INST_DT(i8, SDPA_I8)
 
+#ifdef FC_X86
+typedef void (*fc_scores_iq_fn)(const int16_t *, int64_t, const char *, int64_t, const int32_t *,
+                                int64_t, float *, int64_t, fc_prefetch *);
+#define FC_INST_IQ(NR)                                                                        \
+  static void scores_iq_##NR(const int16_t *Qi, int64_t D, const char *K, int64_t ks,        \
+                             const int32_t *kz, int64_t n, float *S, int64_t sst,             \
+                             fc_prefetch *pf) {                                               \
+    fc_scores_iq(NR, Qi, D, K, ks, kz, n, S, sst, pf);                                        \
+  }
+FC_INST_IQ(1)
+FC_INST_IQ(2)
+FC_INST_IQ(4)
+static const fc_scores_iq_fn k_scores_iq[5] = {NULL, scores_iq_1, scores_iq_2, NULL, scores_iq_4};
+#endif
+
 /* indexed [dtype][nr] (nr 1, 2 or 4) */
 #define FC_ROW(NAME) {NULL, scores_##NAME##_1, scores_##NAME##_2, NULL, scores_##NAME##_4}
 static const fc_scores_fn k_scores[4][5] = {FC_ROW(f32), FC_ROW(f16), FC_ROW(bf16), FC_ROW(i8)};
@@ -434,6 +508,7 @@ typedef struct {
   float *Q, *acc, *m, *l, *S, *Kf, *Vf;
   fc_prefetch *pf;   /* fast path: the task's prefetch cursor (NULL: none) */
   float *ksc, *vsc;  /* fast path, I8: per-key scales of the block */
+  float *qf;         /* integer Q.K^T: scale * q_scale per row; Q then holds (q - zq) as int16 */
   int32_t *kz, *vz;  /* fast path, I8: per-key zero points of the block */
 } thread_bufs;
 
@@ -606,13 +681,24 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
     if (n > 0) {
       float *S = tb->S;
       /* the first tile's pass also prefetches (its key loop is as long as any) */
-      k_scores[kdt][nr](tb->Q + t0 * D, D, K, ks, tb->kz, n, S, kvp, t0 == 0 ? tb->pf : NULL);
+#ifdef FC_X86
+      if (c->iqk)
+        k_scores_iq[nr]((const int16_t *)tb->Q + t0 * D, D, K, ks, tb->kz, n, S, kvp,
+                        t0 == 0 ? tb->pf : NULL);
+      else
+#endif
+        k_scores[kdt][nr](tb->Q + t0 * D, D, K, ks, tb->kz, n, S, kvp, t0 == 0 ? tb->pf : NULL);
       const int64_t n8 = (n + 7) & ~(int64_t)7;
       for (int r = 0; r < nr; r++) {
         float *s = S + r * kvp;
         const int64_t row = t0 + r, i = q0 + row % qbr;
-        if (kdt == SDPA_I8)
+        if (c->iqk) {
+          const v8f qf = v8f_set1(tb->qf[row]);
+          for (int64_t j = 0; j < n8; j += 8)
+            v8f_store(s + j, v8f_load(s + j) * v8f_load(tb->ksc + j) * qf);
+        } else if (kdt == SDPA_I8) {
           for (int64_t j = 0; j < n8; j += 8) v8f_store(s + j, v8f_load(s + j) * v8f_load(tb->ksc + j));
+        }
         if (use_mask) {
           const float *mrow = a->mask + i * a->mask_row_stride + j0;
           int64_t j = 0;
@@ -738,6 +824,7 @@ static thread_bufs head_bufs(const flash_ctx *c, const thread_bufs *all, int64_t
   tb.acc += h_local * c->R_max * c->D;
   tb.m += h_local * c->R_max;
   tb.l += h_local * c->R_max;
+  if (tb.qf) tb.qf += h_local * c->R_max;
   return tb;
 }
 
@@ -836,7 +923,9 @@ static void flash_task(void *vctx, int64_t t, int thread) {
       tb.vsc = next + kvp;
       tb.kz = (int32_t *)(next + 2 * kvp);
       tb.vz = (int32_t *)(next + 3 * kvp);
+      next += 4 * kvp;
     }
+    if (c->iqk) tb.qf = next;
   } else {
     float *next = tb.S + PAD16(c->R_max * kvp);
     if (!c->cfg->alloc_per_block) {
@@ -851,8 +940,19 @@ static void flash_task(void *vctx, int64_t t, int thread) {
       for (int64_t ii = 0; ii < qbr; ii++) {
         int64_t r = g * qbr + ii;
         float *q = hb.Q + r * D;
-        sdpa_load_token(&a->q, b, q0 + ii, (hk0 + h) * c->G + g, D, q);
-        fc_scal(q, c->scale, D);
+        if (c->iqk) { /* (q - zq) as int16, in the row's place in Q */
+          int16_t *qi = (int16_t *)hb.Q + r * D;
+          const int64_t hq = (hk0 + h) * c->G + g;
+          const int8_t *src = (const int8_t *)a->q.data + sdpa_row_offset(&a->q, b, q0 + ii, hq);
+          float sq;
+          int32_t zq;
+          sdpa_qparams(&a->q, b, q0 + ii, hq, &sq, &zq);
+          for (int64_t d = 0; d < D; d++) qi[d] = (int16_t)((int32_t)src[d * a->q.stride[3]] - zq);
+          hb.qf[r] = sq * c->scale;
+        } else {
+          sdpa_load_token(&a->q, b, q0 + ii, (hk0 + h) * c->G + g, D, q);
+          fc_scal(q, c->scale, D);
+        }
         memset(hb.acc + r * D, 0, (size_t)D * sizeof(float));
         hb.m[r] = -INFINITY;
         hb.l[r] = 0.0f;
