@@ -47,6 +47,8 @@ typedef struct {
   int k_direct, v_direct; /* F32 with unit dim stride: read in place */
   int fast;               /* the register-tiled block path */
   int iqk;                /* fast path, int8 Q and K: integer Q.K^T */
+  int panel;              /* fast path, many rows per head (prefill): K block transposed
+                             (and V converted) once per block, GEMM-style score tiles */
   char *scratch;
   int64_t scratch_stride; /* bytes per thread */
   float *partial;         /* split-k: [batch, kv head, query block, split][R_max][D + 2] */
@@ -76,6 +78,10 @@ static int64_t per_thread_floats(const flash_ctx *c) {
     if (c->a->kv_len > 0 && (c->a->k.dtype == SDPA_I8 || c->a->v.dtype == SDPA_I8))
       n += 4 * kvp;     /* per-key scales and zero points of a block */
     if (c->iqk) n += PAD16(RH); /* per-row factor scale * q_scale */
+    if (c->panel) {
+      n += PAD16(D * kvp);                                   /* K^T of a block */
+      if (c->a->v.dtype != SDPA_F32) n += PAD16(c->kvb * D); /* V of a block as F32 */
+    }
     return n;
   }
   n += PAD16(R * kvp);
@@ -113,9 +119,10 @@ static void setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
   c->fast = !cfg->alloc_per_block && c->D % 8 == 0 &&
             (a->kv_len == 0 || (a->k.stride[3] == 1 && a->v.stride[3] == 1 &&
                                 fast_dtype(a->k.dtype) && fast_dtype(a->v.dtype)));
+  c->panel = c->fast && a->kv_len > 0 && c->hc == 1;
 #ifdef FC_X86
-  c->iqk = c->fast && a->kv_len > 0 && a->q.dtype == SDPA_I8 && a->k.dtype == SDPA_I8 &&
-           c->D % 16 == 0 && c->D <= 256;
+  c->iqk = c->fast && !c->panel && a->kv_len > 0 && a->q.dtype == SDPA_I8 &&
+           a->k.dtype == SDPA_I8 && c->D % 16 == 0 && c->D <= 256;
 #else
   c->iqk = 0;
 #endif
@@ -456,6 +463,140 @@ FC_INST_IQ(4)
 static const fc_scores_iq_fn k_scores_iq[5] = {NULL, scores_iq_1, scores_iq_2, NULL, scores_iq_4};
 #endif
 
+/* Scores of NR rows against keys [0, n) of a transposed block KT ([D][kts],
+ * zero past the block's keys): outer products, 16 keys per step, no
+ * horizontal sums. S may be written up to n rounded up to 16. */
+SDPA_INLINE void fc_scores_panel(const int NR, const float *SDPA_RESTRICT Q, int64_t D,
+                                 const float *SDPA_RESTRICT KT, int64_t kts, int64_t n,
+                                 float *SDPA_RESTRICT S, int64_t sst) {
+  for (int64_t j = 0; j < n; j += 16) {
+    v8f acc[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) acc[r][0] = acc[r][1] = v8f_set1(0.0f);
+    const float *kt = KT + j;
+    for (int64_t d = 0; d < D; d++, kt += kts) {
+      v8f k0 = v8f_load(kt), k1 = v8f_load(kt + 8);
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; r++) {
+        v8f qb = v8f_set1(Q[r * D + d]);
+        acc[r][0] = fc_fma(qb, k0, acc[r][0]);
+        acc[r][1] = fc_fma(qb, k1, acc[r][1]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+      v8f_store(S + r * sst + j, acc[r][0]);
+      v8f_store(S + r * sst + j + 8, acc[r][1]);
+    }
+  }
+}
+
+typedef void (*fc_panel_fn)(const float *, int64_t, const float *, int64_t, int64_t, float *,
+                            int64_t);
+#define FC_INST_PANEL(NR)                                                                     \
+  static void scores_panel_##NR(const float *Q, int64_t D, const float *KT, int64_t kts,     \
+                                int64_t n, float *S, int64_t sst) {                          \
+    fc_scores_panel(NR, Q, D, KT, kts, n, S, sst);                                            \
+  }
+FC_INST_PANEL(1)
+FC_INST_PANEL(2)
+FC_INST_PANEL(4)
+static const fc_panel_fn k_scores_panel[5] = {NULL, scores_panel_1, scores_panel_2, NULL,
+                                              scores_panel_4};
+
+/* 8 x 8 transpose: out[i][k] = in[k][i]. */
+SDPA_INLINE void fc_transpose8(v8f *r) {
+#ifdef FC_X86
+  __m256 t0 = _mm256_unpacklo_ps((__m256)r[0], (__m256)r[1]);
+  __m256 t1 = _mm256_unpackhi_ps((__m256)r[0], (__m256)r[1]);
+  __m256 t2 = _mm256_unpacklo_ps((__m256)r[2], (__m256)r[3]);
+  __m256 t3 = _mm256_unpackhi_ps((__m256)r[2], (__m256)r[3]);
+  __m256 t4 = _mm256_unpacklo_ps((__m256)r[4], (__m256)r[5]);
+  __m256 t5 = _mm256_unpackhi_ps((__m256)r[4], (__m256)r[5]);
+  __m256 t6 = _mm256_unpacklo_ps((__m256)r[6], (__m256)r[7]);
+  __m256 t7 = _mm256_unpackhi_ps((__m256)r[6], (__m256)r[7]);
+  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = (v8f)_mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = (v8f)_mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = (v8f)_mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = (v8f)_mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = (v8f)_mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = (v8f)_mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = (v8f)_mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = (v8f)_mm256_permute2f128_ps(u3, u7, 0x31);
+#else
+  v8f t[8];
+  for (int i = 0; i < 8; i++)
+    for (int k = 0; k < 8; k++) t[i][k] = r[k][i];
+  for (int i = 0; i < 8; i++) r[i] = t[i];
+#endif
+}
+
+/* KT[d][j] = real K value of key j, dim d, for keys [0, nk); zero for keys
+ * [nk, nk rounded up to 16). int8: (k - zk) * k_scale. Also prefetches. */
+SDPA_INLINE void fc_pack_kt(const int DT, const char *K, int64_t ks, const int32_t *kz,
+                            const float *ksc, int64_t nk, int64_t D, float *KT, int64_t kts,
+                            fc_prefetch *pf) {
+  const int64_t isz = fc_isz(DT);
+  for (int64_t j = 0; j < nk; j += 8) {
+    if (pf != NULL) fc_prefetch_step(pf, 8);
+    const int64_t m = nk - j < 8 ? nk - j : 8;
+    for (int64_t d = 0; d < D; d += 8) {
+      v8f r[8];
+      for (int k = 0; k < 8; k++) {
+        if (k < m) {
+          const v8i z = DT == SDPA_I8 ? fc_set1i(kz[j + k]) : fc_set1i(0);
+          r[k] = fc_ld(K + (j + k) * ks + d * isz, DT, z);
+          if (DT == SDPA_I8) r[k] *= v8f_set1(ksc[j + k]);
+        } else {
+          r[k] = v8f_set1(0.0f); /* past the block: never read */
+        }
+      }
+      fc_transpose8(r);
+      for (int i = 0; i < 8; i++) v8f_store(KT + (d + i) * kts + j, r[i]);
+    }
+  }
+  const int64_t n8 = (nk + 7) & ~(int64_t)7, n16 = (nk + 15) & ~(int64_t)15;
+  if (n16 > n8)
+    for (int64_t d = 0; d < D; d++) memset(KT + d * kts + n8, 0, (size_t)(n16 - n8) * sizeof(float));
+}
+
+typedef void (*fc_pack_fn)(const char *, int64_t, const int32_t *, const float *, int64_t, int64_t,
+                           float *, int64_t, fc_prefetch *);
+#define FC_INST_PACK(NAME, DT)                                                                \
+  static void pack_kt_##NAME(const char *K, int64_t ks, const int32_t *kz, const float *ksc,  \
+                             int64_t nk, int64_t D, float *KT, int64_t kts, fc_prefetch *pf) {\
+    fc_pack_kt(DT, K, ks, kz, ksc, nk, D, KT, kts, pf);                                       \
+  }
+FC_INST_PACK(f32, SDPA_F32)
+FC_INST_PACK(f16, SDPA_F16)
+FC_INST_PACK(bf16, SDPA_BF16)
+FC_INST_PACK(i8, SDPA_I8)
+static const fc_pack_fn k_pack_kt[4] = {pack_kt_f32, pack_kt_f16, pack_kt_bf16, pack_kt_i8};
+
+/* Rows [0, nk) of a V block as F32, row stride D; int8: (v - zv) * v_scale. */
+static void fc_convert_v(int DT, const char *V, int64_t vs, const int32_t *vz, const float *vsc,
+                         int64_t nk, int64_t D, float *dst) {
+  const int64_t isz = fc_isz(DT);
+  for (int64_t j = 0; j < nk; j++) {
+    const char *row = V + j * vs;
+    float *o = dst + j * D;
+    const v8i z = DT == SDPA_I8 ? fc_set1i(vz[j]) : fc_set1i(0);
+    const v8f sc = v8f_set1(DT == SDPA_I8 ? vsc[j] : 1.0f);
+    for (int64_t d = 0; d < D; d += 8) {
+      v8f x;
+      if (DT == SDPA_F16) x = fc_ld(row + d * isz, SDPA_F16, z);
+      else if (DT == SDPA_BF16) x = fc_ld(row + d * isz, SDPA_BF16, z);
+      else if (DT == SDPA_I8) x = fc_ld(row + d * isz, SDPA_I8, z) * sc;
+      else x = fc_ld(row + d * isz, SDPA_F32, z);
+      v8f_store(o + d, x);
+    }
+  }
+}
+
 /* indexed [dtype][nr] (nr 1, 2 or 4) */
 #define FC_ROW(NAME) {NULL, scores_##NAME##_1, scores_##NAME##_2, NULL, scores_##NAME##_4}
 static const fc_scores_fn k_scores[4][5] = {FC_ROW(f32), FC_ROW(f16), FC_ROW(bf16), FC_ROW(i8)};
@@ -509,6 +650,7 @@ typedef struct {
   fc_prefetch *pf;   /* fast path: the task's prefetch cursor (NULL: none) */
   float *ksc, *vsc;  /* fast path, I8: per-key scales of the block */
   float *qf;         /* integer Q.K^T: scale * q_scale per row; Q then holds (q - zq) as int16 */
+  float *KT;         /* panel: the K block transposed, [D][kvp], dequantised */
   int32_t *kz, *vz;  /* fast path, I8: per-key zero points of the block */
 } thread_bufs;
 
@@ -664,6 +806,18 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
   }
   const int use_mask = a->mask != NULL && !mask_is_zero;
   const float neg_inf = -INFINITY;
+  const char *Vp = V; /* the V rows P.V reads */
+  int64_t vps = vs;
+  int pvdt = vdt;
+  if (c->panel) { /* dequantise K (transposed) and V once for every tile of the block */
+    k_pack_kt[kdt](K, ks, tb->kz, tb->ksc, nk, D, tb->KT, kvp, tb->pf);
+    if (vdt != SDPA_F32) {
+      fc_convert_v(vdt, V, vs, tb->vz, tb->vsc, nk, D, tb->Vf);
+      Vp = (const char *)tb->Vf;
+      vps = D * (int64_t)sizeof(float);
+      pvdt = SDPA_F32;
+    }
+  }
   for (int64_t t0 = 0, nr; t0 < R; t0 += nr) {
     const int64_t left = R - t0;
     nr = left >= 4 ? 4 : left >= 2 ? 2 : 1;
@@ -681,12 +835,14 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
     if (n > 0) {
       float *S = tb->S;
       /* the first tile's pass also prefetches (its key loop is as long as any) */
+      if (c->panel)
+        k_scores_panel[nr](tb->Q + t0 * D, D, tb->KT, kvp, n, S, kvp);
 #ifdef FC_X86
-      if (c->iqk)
+      else if (c->iqk)
         k_scores_iq[nr]((const int16_t *)tb->Q + t0 * D, D, K, ks, tb->kz, n, S, kvp,
                         t0 == 0 ? tb->pf : NULL);
-      else
 #endif
+      else
         k_scores[kdt][nr](tb->Q + t0 * D, D, K, ks, tb->kz, n, S, kvp, t0 == 0 ? tb->pf : NULL);
       const int64_t n8 = (n + 7) & ~(int64_t)7;
       for (int r = 0; r < nr; r++) {
@@ -696,7 +852,7 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
           const v8f qf = v8f_set1(tb->qf[row]);
           for (int64_t j = 0; j < n8; j += 8)
             v8f_store(s + j, v8f_load(s + j) * v8f_load(tb->ksc + j) * qf);
-        } else if (kdt == SDPA_I8) {
+        } else if (kdt == SDPA_I8 && !c->panel) { /* (the panel has the scales folded in) */
           for (int64_t j = 0; j < n8; j += 8) v8f_store(s + j, v8f_load(s + j) * v8f_load(tb->ksc + j));
         }
         if (use_mask) {
@@ -713,7 +869,7 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
       else fc_softmax_tile(1, S, kvp, n8, tb->m + t0, tb->l + t0, alpha);
       for (int r = 0; r < nr; r++) {
         float *s = S + r * kvp;
-        if (vdt == SDPA_I8)
+        if (pvdt == SDPA_I8)
           for (int64_t j = 0; j < n8; j += 8) v8f_store(s + j, v8f_load(s + j) * v8f_load(tb->vsc + j));
         if (alpha[r] != 1.0f) {
           float *acc = tb->acc + (t0 + r) * D;
@@ -721,7 +877,7 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
           for (int64_t d = 0; d < D; d += 8) v8f_store(acc + d, v8f_load(acc + d) * va);
         }
       }
-      k_pv[vdt][nr](tb->acc + t0 * D, D, V, vs, tb->vz, n, S, kvp);
+      k_pv[pvdt][nr](tb->acc + t0 * D, D, Vp, vps, tb->vz, n, S, kvp);
     }
   }
 }
@@ -925,7 +1081,15 @@ static void flash_task(void *vctx, int64_t t, int thread) {
       tb.vz = (int32_t *)(next + 3 * kvp);
       next += 4 * kvp;
     }
-    if (c->iqk) tb.qf = next;
+    if (c->iqk) {
+      tb.qf = next;
+      next += PAD16(c->hc * c->R_max);
+    }
+    if (c->panel) {
+      tb.KT = next;
+      next += PAD16(D * kvp);
+      if (a->v.dtype != SDPA_F32) tb.Vf = next;
+    }
   } else {
     float *next = tb.S + PAD16(c->R_max * kvp);
     if (!c->cfg->alloc_per_block) {
