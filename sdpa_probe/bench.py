@@ -519,6 +519,9 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
     roof = _roofline() if roofline is True else (roofline or None)
     if roof is None:
         notes.append("no roofline (probe info): dram_pct and roofline_pct are null")
+    elif (roof.get("load") or {}).get("busy"):
+        notes.append("the roofline was measured while the machine was busy, so the % figures "
+                     "are against low ceilings; probe info --refresh re-measures")
     llc = _llc_bytes()
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -575,13 +578,61 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         "machine": _machine_summary(res),
         "roofline": None if roof is None else {
             k: roof.get(k) for k in ("read_bw_gbs_1t", "read_bw_gbs_all", "l2_read_bw_gbs",
-                                     "fma_gflops_1t", "fma_gflops_all", "measured_at")},
+                                     "fma_gflops_1t", "fma_gflops_all", "measured_at", "load")},
         "versions": {"torch": torch.__version__, "executorch": executorch_version(),
                      "numpy": np.__version__},
         "peers": peers,
         "notes": notes,
         "results": results,
     }
+
+
+# ---- the performance targets (issue: kernel speed) ----------------------------------
+
+def _find(doc: dict, shape: str, kernel: str) -> dict | None:
+    for r in doc["results"]:
+        if r["shape"] == shape and r["kernel"] == kernel:
+            return r
+    return None
+
+
+def check_targets(doc: dict) -> list[dict]:
+    """The stated targets, evaluated on a bench document: one entry per target with
+    the measured figure, the goal and whether it is met (None: not measured)."""
+    out: list[dict] = []
+    roof = doc.get("roofline") or {}
+    bw = roof.get("read_bw_gbs_all" if doc.get("threads", 2) > 1 else "read_bw_gbs_1t")
+
+    def add(name: str, value: float | None, goal: float, unit: str = "x") -> None:
+        out.append({"target": name, "value": None if value is None else round(value, 3),
+                    "goal": goal, "unit": unit,
+                    "met": None if value is None else bool(value >= goal)})
+
+    def ratio(shape: str, kernel: str, peer: str) -> float | None:
+        r = _find(doc, shape, kernel)
+        return None if r is None else r["ratio"].get(peer)
+
+    def speedup(shape_a: str, kernel_a: str, shape_b: str, kernel_b: str) -> float | None:
+        a, b = _find(doc, shape_a, kernel_a), _find(doc, shape_b, kernel_b)
+        return None if a is None or b is None else a["median_us"] / b["median_us"]
+
+    d8 = "decode-h32kv8d64-kv8192"
+    add("flash f32 decode kv8192 vs torch", ratio(f"{d8}-f32", "flash", "torch"), 2.5)
+    r = _find(doc, f"{d8}-f32", "flash")
+    add("flash f32 decode kv8192: K/V GB/s over the DRAM read bandwidth",
+        None if r is None or not bw else r["kv_gb_s"] / bw, 0.70, "fraction")
+    for kv in (512, 2048):
+        add(f"flash f32 decode kv{kv} vs torch",
+            ratio(f"decode-h32kv8d64-kv{kv}-f32", "flash", "torch"), 1.0)
+    add("flash f32 prefill 512 causal vs torch",
+        ratio("prefill-h32kv8d64-q512-kv512-causal-f32", "flash", "torch"), 1.0)
+    add("quant_int8 decode kv8192 vs flash f32",
+        speedup(f"{d8}-f32", "flash", f"{d8}-i8", "quant_int8"), 2.5)
+    add("quant_int8 decode kv8192 vs executorch custom_quantized_sdpa",
+        ratio(f"{d8}-i8", "quant_int8", "executorch"), 10.0)
+    add("flash f16 decode kv8192 vs flash f32",
+        speedup(f"{d8}-f32", "flash", f"{d8}-f16", "flash"), 1.7)
+    return out
 
 
 def _machine_summary(res) -> dict:

@@ -111,8 +111,15 @@ static void setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
   c->n_hchunks = (a->n_kv_heads + c->hc - 1) / c->hc;
   /* short key blocks when a block spans every head: the next block's rows, which
    * are prefetched while this one runs, then still fit in L2 */
+  int64_t isz = 4; /* bytes of the widest K / V element */
+  if (a->kv_len > 0) {
+    int64_t ik = a->k.dtype == SDPA_I8 ? 1 : a->k.dtype == SDPA_F32 ? 4 : 2;
+    int64_t iv = a->v.dtype == SDPA_I8 ? 1 : a->v.dtype == SDPA_F32 ? 4 : 2;
+    isz = ik > iv ? ik : iv;
+  }
   c->kvb = cfg->kv_block > 0 ? cfg->kv_block
-                             : (c->hc > 1 ? FLASH_DECODE_KV_BLOCK : FLASH_DEFAULT_KV_BLOCK);
+                             : (c->hc > 1 ? FLASH_DECODE_KV_BLOCK * 4 / isz   /* same bytes */
+                                          : FLASH_DEFAULT_KV_BLOCK);
   c->scale = sdpa_effective_scale(a);
   c->k_direct = a->k.dtype == SDPA_F32 && a->k.stride[3] == 1;
   c->v_direct = a->v.dtype == SDPA_F32 && a->v.stride[3] == 1;
@@ -389,7 +396,9 @@ SDPA_INLINE void fc_scores_iq(const int NR, const int16_t *SDPA_RESTRICT Qi, int
 }
 #endif
 
-/* acc[r][d0 : d0 + 8 VC] += sum_j P[r][j] V[j][d0 : ...] for the NR rows. */
+/* acc[r][d0 : d0 + 8 VC] += sum_j P[r][j] V[j][d0 : ...] for the NR rows. (int8 V:
+ * (v - zp) in int32 first; folding the zero point into a per-row correction term
+ * instead loses too much to cancellation for a constant token.) */
 SDPA_INLINE void fc_pv_chunk(const int NR, const int VC, const int DT, float *SDPA_RESTRICT acc,
                              int64_t D, int64_t d0, const char *V, int64_t vs, const int32_t *vz,
                              int64_t n, const float *SDPA_RESTRICT P, int64_t pst) {
@@ -401,7 +410,7 @@ SDPA_INLINE void fc_pv_chunk(const int NR, const int VC, const int DT, float *SD
     for (int c = 0; c < VC; c++) a[r * VC + c] = v8f_load(acc + r * D + d0 + 8 * c);
   const char *vr = V + d0 * isz;
   for (int64_t j = 0; j < n; j++, vr += vs) {
-    v8i z = DT == SDPA_I8 ? fc_set1i(vz[j]) : fc_set1i(0);
+    const v8i z = DT == SDPA_I8 ? fc_set1i(vz[j]) : fc_set1i(0);
     v8f vv[8];
 #pragma GCC unroll 8
     for (int c = 0; c < VC; c++) vv[c] = fc_ld(vr + 8 * c * isz, DT, z);
