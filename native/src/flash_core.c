@@ -1,25 +1,33 @@
 /* Tiled online-softmax attention (flash attention) on the CPU.
  *
- * A task is (batch, kv head, query block, kv split). Its rows are every query
- * head of the kv head's group times the query rows of the block, so each K/V
- * block is read once for the whole group (GQA in-kernel, no broadcast copy).
- * Long kv ranges are split across tasks (split-k / flash-decoding) and the
- * partial softmax states merged afterwards, so batch-1 decode uses all threads.
+ * A task is (batch, chunk of kv heads, query block, kv split). Its rows are
+ * every query head of each kv head's group times the query rows of the block,
+ * so each K/V block is read once for the whole group (GQA in-kernel, no
+ * broadcast copy). Long kv ranges are split across tasks (split-k /
+ * flash-decoding) and the partial softmax states merged afterwards, so batch-1
+ * decode uses all threads. When a kv head has few rows (decode, short chunks),
+ * a task takes every kv head: it walks its key range in short blocks, every
+ * head in turn within a block, and prefetches the next block in address order,
+ * so that a [B, S, H, D] cache is streamed rather than walked with a
+ * whole-position stride per head.
  *
- * Two block paths share the task, merge and output code:
+ * Block paths (sharing the task, merge and output code):
  *
  * - the fast path (head_dim a multiple of 8, K and V rows with unit dim
- *   stride, dequantisation not per block): rows are processed in register
- *   tiles of up to 4. Scores: for 8 / NR keys at a time, each K vector is
- *   loaded (and converted from F16 / BF16 / I8 in registers) once for the NR
- *   rows of the tile and FMA'd into NR x (8 / NR) accumulators, which one
- *   transpose-add reduces to 8 scores. Softmax: vectorised max, exp and sum
- *   over the block. P.V: the tile's output rows are held in registers for a
- *   slice of head_dim while the block's V rows stream through. int8 K/V are
- *   dequantised in registers: (x - zero_point) in int32, converted, the K
- *   scale applied to the scores and the V scale folded into P. Nothing is
- *   read past kv_len or past head_dim: a partial key group repeats its last
- *   valid key and the extra lanes are discarded.
+ *   stride, dequantisation not per block): rows in register tiles of up to 4.
+ *   Scores: 8 / NR keys at a time, each K vector loaded (and converted from
+ *   F16 / BF16 / I8 in registers) once for the NR rows and FMA'd into
+ *   NR x (8 / NR) accumulators, reduced together to 8 scores; int8 Q and K:
+ *   exact integer dot products instead. Softmax: the tile's rows' max, exp and
+ *   sums interleaved. P.V: the tile's output rows held in registers for a slice
+ *   of head_dim while the block's V rows stream through. int8 K/V: (x -
+ *   zero_point) in int32, converted in registers, the K scale applied to the
+ *   scores and the V scale folded into P.
+ *   Panel variant (many rows per kv head: prefill): the K block is dequantised
+ *   and transposed once per block and V converted once; score tiles are outer
+ *   products over 16 keys, without horizontal sums.
+ *   Nothing is read past kv_len or past head_dim: a partial key group repeats
+ *   its last valid key (extra lanes discarded) or is zero-filled in the panel.
  * - the generic path (any dim stride, any head_dim, the per-block allocating
  *   int8 variant): K / V blocks are converted into F32 scratch first.
  */

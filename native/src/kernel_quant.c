@@ -1,9 +1,13 @@
 /* `quant_int8` and `quant_int8_alloc`: int8 K/V (and optionally Q) with
  * per-token asymmetric quantization, real = (x - zero_point) * scale, one
  * (scale, zero_point) per (batch, position, head) as in ExecuTorch's
- * custom_quantized_sdpa. quant_int8 dequantises each K/V block into a
- * per-thread scratch buffer allocated once per call; quant_int8_alloc
- * allocates that buffer per key block (seed 000's overhead, kept measurable). */
+ * custom_quantized_sdpa. quant_int8 runs flash_core's fast path: K/V are
+ * dequantised in registers ((x - zero_point) in int32, the scales applied to
+ * the scores and folded into P; with int8 Q, Q.K^T is exact integer
+ * arithmetic), and only the per-key scales of a block go through the per-thread
+ * scratch allocated once per call (prefill: the block's dequantised K^T and V).
+ * quant_int8_alloc allocates a dequant buffer per key block (seed 000's
+ * overhead, kept measurable). */
 #include "flash_core.h"
 
 static int quant_forward(const sdpa_args *a, int alloc_per_block) {
