@@ -80,9 +80,10 @@ def bench_command(
 ) -> None:
     """Time native kernels against torch / ExecuTorch SDPA, side by side in one run.
 
-    Warm caches by default (the report says so); --cold rotates through inputs that do
-    not fit the last-level cache. Ratios are peer median / kernel median: above 1 the
-    native kernel is faster.
+    Warm caches by default (the report says which); --cold rotates through inputs
+    larger than the last-level cache.
+
+    Ratio = peer median / kernel median: above 1 the native kernel is faster.
     """
     out = Output(json_path == "-")
     if list_presets:
