@@ -12,8 +12,10 @@ ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1}
 LAYOUTS = ("bshd", "bhsd", "padded")
 
 # Block sizes of the built-in kernels (flash_core.h); kv lengths and query
-# lengths at block -1, +0, +1 catch partial-block bugs.
+# lengths at block -1, +0, +1 catch partial-block bugs. Decode sizes its key
+# blocks in bytes: 16 F32, 32 F16/BF16, 64 int8 keys.
 Q_BLOCK, KV_BLOCK = 32, 128
+DECODE_KV_BLOCK = {"f32": 16, "f16": 32, "bf16": 32, "i8": 64}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +130,11 @@ def _default() -> list[Case]:
     for kv in (1, KV_BLOCK - 1, KV_BLOCK, KV_BLOCK + 1, 2 * KV_BLOCK + 1):
         cs.append(Case("decode", kv_len=kv))
     cs.append(Case("decode", kv_len=2049, dtype="f16", n_heads=4, n_kv_heads=1))
+    for dt, blk in DECODE_KV_BLOCK.items():
+        for kv in (blk - 1, blk, blk + 1):
+            if dt == "f32" and kv in (1, KV_BLOCK - 1, KV_BLOCK, KV_BLOCK + 1):
+                continue
+            cs.append(Case("decode", kv_len=kv, dtype=dt, n_heads=8, n_kv_heads=2))
     # prefill, query-block edges, batch > 1, q_len > kv_len
     for q in (Q_BLOCK - 1, Q_BLOCK, Q_BLOCK + 1):
         cs.append(Case("prefill", q_len=q, kv_len=q, causal=True, n_heads=4, n_kv_heads=2))

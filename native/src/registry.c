@@ -32,7 +32,7 @@ static const entry k_registry[] = {
     {{"flash_maskskip", "flash + mask-range precompute: skips hidden key blocks and zero-mask adds",
       FLOATS, FLASHF | SDPA_FEAT_MASK_SKIP},
      sdpa_probe_flash_maskskip_forward, sdpa_probe_flash_scratch},
-    {{"quant_int8", "int8 per-token K/V, dequant into per-thread scratch allocated once per call",
+    {{"quant_int8", "int8 per-token K/V dequantised in registers; exact integer Q.K^T for int8 Q",
       FLOATS | DT(SDPA_I8), FLASHF | SDPA_FEAT_PER_TOKEN_I8},
      sdpa_probe_quant_int8_forward, sdpa_probe_quant_int8_scratch},
     {{"quant_int8_alloc", "quant_int8 allocating its dequant buffers per key block (seed 000)",
