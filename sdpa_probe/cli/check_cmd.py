@@ -242,8 +242,10 @@ def check_command(
             out.print(_failure_table(records))
         s = summary(records)
         parts = [f"[{STATUS_STYLE[k_]}]{s[k_]} {k_}[/]" for k_ in STATUS_STYLE if s[k_]]
-        out.print(f"{s['total']} checks ({len(cases)} cases x {len(names)} backends) in "
-                  f"{seconds:.1f} s: " + ", ".join(parts))
+        extra = sum(r["family"] == "cache-sizing" for r in records)
+        what = f"{len(cases)} cases x {len(names)} backends" + (
+            f" + {extra} cache-sizing" if extra else "")
+        out.print(f"{s['total']} checks ({what}) in {seconds:.1f} s: " + ", ".join(parts))
         if golden_store is not None:
             skipped = ("; the cache-sizing suite, which has no golden data, was not run"
                        if suite_name == "default" else "")
