@@ -327,3 +327,18 @@ def test_full_suite_passes_for_native_kernels_and_torch(tmp_path):
     assert res.exit_code == 0, res.output
     doc = json.loads(j.read_text())
     assert doc["summary"]["fail"] == doc["summary"]["crash"] == doc["summary"]["timeout"] == 0
+
+
+@pytest.mark.executorch
+@pytest.mark.skipif(__import__("sdpa_probe.backends", fromlist=["x"]).executorch_library() is None,
+                    reason="executorch not installed (pip install --no-deps executorch==1.5.1)")
+def test_executorch_nan_on_fully_masked_rows_is_reported():
+    records = []
+    cases = [Case("et", q_len=3, kv_len=40, mask="rows:first"), Case("et", q_len=1, kv_len=40),
+             Case("et", q_len=40, kv_len=20, causal=True, n_heads=4, n_kv_heads=1)]
+    WorkerPool(jobs=1, timeout=60).run([(c, ["executorch"]) for c in cases], records.append)
+    by_case = {r["case"]: r for r in records}
+    masked, plain, over = (by_case[c.id] for c in cases)
+    assert masked["status"] == "fail" and "fully masked rows" in masked["reason"]
+    assert plain["status"] == "pass", plain
+    assert over["status"] == "crash" and "SIGABRT" in over["reason"]
