@@ -161,79 +161,51 @@ typedef struct {
   int64_t out, in;
 } gemv_ctx;
 
-static void gemv_f32_rows(const float *w, const float *x, float *y, int64_t r0, int64_t r1,
-                          int64_t in) {
-  int64_t r = r0;
-  for (; r + 4 <= r1; r += 4) {
-    const float *w0 = w + r * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
-    v8f a0 = v8f_set1(0.f), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    int64_t i = 0;
-    for (; i + 16 <= in; i += 16) {
-      v8f x0 = v8f_load(x + i), x1 = v8f_load(x + i + 8);
-      a0 = blk_fma(v8f_load(w0 + i), x0, a0);
-      a1 = blk_fma(v8f_load(w1 + i), x0, a1);
-      a2 = blk_fma(v8f_load(w2 + i), x0, a2);
-      a3 = blk_fma(v8f_load(w3 + i), x0, a3);
-      b0 = blk_fma(v8f_load(w0 + i + 8), x1, b0);
-      b1 = blk_fma(v8f_load(w1 + i + 8), x1, b1);
-      b2 = blk_fma(v8f_load(w2 + i + 8), x1, b2);
-      b3 = blk_fma(v8f_load(w3 + i + 8), x1, b3);
-    }
-    for (; i + 8 <= in; i += 8) {
-      v8f x0 = v8f_load(x + i);
-      a0 = blk_fma(v8f_load(w0 + i), x0, a0);
-      a1 = blk_fma(v8f_load(w1 + i), x0, a1);
-      a2 = blk_fma(v8f_load(w2 + i), x0, a2);
-      a3 = blk_fma(v8f_load(w3 + i), x0, a3);
-    }
-    float s0 = v8f_hsum(a0 + b0), s1 = v8f_hsum(a1 + b1);
-    float s2 = v8f_hsum(a2 + b2), s3 = v8f_hsum(a3 + b3);
-    for (; i < in; i++) {
-      s0 += w0[i] * x[i];
-      s1 += w1[i] * x[i];
-      s2 += w2[i] * x[i];
-      s3 += w3[i] * x[i];
-    }
-    y[r] = s0;
-    y[r + 1] = s1;
-    y[r + 2] = s2;
-    y[r + 3] = s3;
-  }
-  for (; r < r1; r++) y[r] = sdpa_dot(w + r * in, x, in);
+/* Weight element i of a row as 8 floats / as one float: F32 or F16 storage.
+ * `f16` is a compile-time constant in each caller, so the branch folds away. */
+SDPA_INLINE v8f gemv_wload8(const void *w, int64_t i, int f16) {
+  return f16 ? blk_load_f16((const uint16_t *)w + i) : v8f_load((const float *)w + i);
+}
+SDPA_INLINE float gemv_wload1(const void *w, int64_t i, int f16) {
+  return f16 ? sdpa_f16_to_f32(((const uint16_t *)w)[i]) : ((const float *)w)[i];
 }
 
-static void gemv_f16_rows(const uint16_t *w, const float *x, float *y, int64_t r0, int64_t r1,
-                          int64_t in) {
+/* y[r0:r1] = W[r0:r1] x, four rows at a time with two accumulators per row. */
+SDPA_INLINE void gemv_rows(const void *w, int f16, const float *x, float *y, int64_t r0,
+                           int64_t r1, int64_t in) {
+  const int64_t es = f16 ? 2 : 4;
+  const char *wb = (const char *)w;
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4) {
-    const uint16_t *w0 = w + r * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
+    const void *w0 = wb + r * in * es, *w1 = wb + (r + 1) * in * es;
+    const void *w2 = wb + (r + 2) * in * es, *w3 = wb + (r + 3) * in * es;
     v8f a0 = v8f_set1(0.f), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
     int64_t i = 0;
     for (; i + 16 <= in; i += 16) {
       v8f x0 = v8f_load(x + i), x1 = v8f_load(x + i + 8);
-      a0 = blk_fma(blk_load_f16(w0 + i), x0, a0);
-      a1 = blk_fma(blk_load_f16(w1 + i), x0, a1);
-      a2 = blk_fma(blk_load_f16(w2 + i), x0, a2);
-      a3 = blk_fma(blk_load_f16(w3 + i), x0, a3);
-      b0 = blk_fma(blk_load_f16(w0 + i + 8), x1, b0);
-      b1 = blk_fma(blk_load_f16(w1 + i + 8), x1, b1);
-      b2 = blk_fma(blk_load_f16(w2 + i + 8), x1, b2);
-      b3 = blk_fma(blk_load_f16(w3 + i + 8), x1, b3);
+      a0 = blk_fma(gemv_wload8(w0, i, f16), x0, a0);
+      a1 = blk_fma(gemv_wload8(w1, i, f16), x0, a1);
+      a2 = blk_fma(gemv_wload8(w2, i, f16), x0, a2);
+      a3 = blk_fma(gemv_wload8(w3, i, f16), x0, a3);
+      b0 = blk_fma(gemv_wload8(w0, i + 8, f16), x1, b0);
+      b1 = blk_fma(gemv_wload8(w1, i + 8, f16), x1, b1);
+      b2 = blk_fma(gemv_wload8(w2, i + 8, f16), x1, b2);
+      b3 = blk_fma(gemv_wload8(w3, i + 8, f16), x1, b3);
     }
     for (; i + 8 <= in; i += 8) {
       v8f x0 = v8f_load(x + i);
-      a0 = blk_fma(blk_load_f16(w0 + i), x0, a0);
-      a1 = blk_fma(blk_load_f16(w1 + i), x0, a1);
-      a2 = blk_fma(blk_load_f16(w2 + i), x0, a2);
-      a3 = blk_fma(blk_load_f16(w3 + i), x0, a3);
+      a0 = blk_fma(gemv_wload8(w0, i, f16), x0, a0);
+      a1 = blk_fma(gemv_wload8(w1, i, f16), x0, a1);
+      a2 = blk_fma(gemv_wload8(w2, i, f16), x0, a2);
+      a3 = blk_fma(gemv_wload8(w3, i, f16), x0, a3);
     }
     float s0 = v8f_hsum(a0 + b0), s1 = v8f_hsum(a1 + b1);
     float s2 = v8f_hsum(a2 + b2), s3 = v8f_hsum(a3 + b3);
     for (; i < in; i++) {
-      s0 += sdpa_f16_to_f32(w0[i]) * x[i];
-      s1 += sdpa_f16_to_f32(w1[i]) * x[i];
-      s2 += sdpa_f16_to_f32(w2[i]) * x[i];
-      s3 += sdpa_f16_to_f32(w3[i]) * x[i];
+      s0 += gemv_wload1(w0, i, f16) * x[i];
+      s1 += gemv_wload1(w1, i, f16) * x[i];
+      s2 += gemv_wload1(w2, i, f16) * x[i];
+      s3 += gemv_wload1(w3, i, f16) * x[i];
     }
     y[r] = s0;
     y[r + 1] = s1;
@@ -241,14 +213,24 @@ static void gemv_f16_rows(const uint16_t *w, const float *x, float *y, int64_t r
     y[r + 3] = s3;
   }
   for (; r < r1; r++) {
-    const uint16_t *wr = w + r * in;
+    const void *wr = wb + r * in * es;
     v8f a = v8f_set1(0.f);
     int64_t i = 0;
-    for (; i + 8 <= in; i += 8) a = blk_fma(blk_load_f16(wr + i), v8f_load(x + i), a);
+    for (; i + 8 <= in; i += 8) a = blk_fma(gemv_wload8(wr, i, f16), v8f_load(x + i), a);
     float s = v8f_hsum(a);
-    for (; i < in; i++) s += sdpa_f16_to_f32(wr[i]) * x[i];
+    for (; i < in; i++) s += gemv_wload1(wr, i, f16) * x[i];
     y[r] = s;
   }
+}
+
+static void gemv_f32_rows(const float *w, const float *x, float *y, int64_t r0, int64_t r1,
+                          int64_t in) {
+  gemv_rows(w, 0, x, y, r0, r1, in);
+}
+
+static void gemv_f16_rows(const uint16_t *w, const float *x, float *y, int64_t r0, int64_t r1,
+                          int64_t in) {
+  gemv_rows(w, 1, x, y, r0, r1, in);
 }
 
 static void gemv_f32_task(void *vc, int64_t t, int thread) {

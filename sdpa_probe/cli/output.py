@@ -54,12 +54,16 @@ class Output:
     @staticmethod
     def write_json(path: str, obj: Any) -> None:
         """Write a JSON document to a path, or to stdout for '-'."""
-        text = dumps(obj) + "\n"
-        if path == "-":
-            sys.stdout.write(text)
-            sys.stdout.flush()
-            return
-        try:
-            Path(path).write_text(text)
-        except OSError as exc:
-            raise ProbeError(f"cannot write {path}: {exc.strerror}") from None
+        write_text(path, dumps(obj) + "\n")
+
+
+def write_text(path: str, text: str) -> None:
+    """Write text to a path, or to stdout for '-'; an OS error is a one-line ProbeError."""
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise ProbeError(f"cannot write {path}: {exc.strerror}") from None

@@ -6,12 +6,11 @@ import csv
 import io
 import json
 import math
-from pathlib import Path
 
 from rich.table import Table
 from rich.text import Text
 
-from ..errors import ProbeError
+from ..cli.output import write_text  # also used as report.write_text by profile_cmd
 from .runner import Run
 
 BAR_WIDTH = 24
@@ -369,19 +368,6 @@ def trace_doc(runs: list[Run], max_steps: int | None = None, doc: dict | None = 
     if doc is not None:
         out["otherData"] = trace_meta(doc)
     return out
-
-
-def write_text(path: str, text: str) -> None:
-    if path == "-":
-        import sys
-
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    try:
-        Path(path).write_text(text)
-    except OSError as exc:
-        raise ProbeError(f"cannot write {path}: {exc.strerror}") from None
 
 
 def write_trace(path: str, runs: list[Run], doc: dict | None = None) -> None:
