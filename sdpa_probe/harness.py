@@ -271,12 +271,9 @@ class WorkerPool:
         if said:
             why += f"; it printed: {said}"
         if s.case is not None and s.pending:
-            rec = base_record(s.pending[0], s.case)
-            rec.update(status="crash", reason=f"worker process died: {why}")
-            on_record(rec)
-            if s.pending[1:]:
-                queue.appendleft((s.case, s.pending[1:]))
-        elif not s.ready:
+            return self._replace(s, queue, on_record, status="crash",
+                                 reason=f"worker process died: {why}")
+        if not s.ready:
             raise RuntimeError(f"a check worker failed to start ({why})")
         self._kill(s)
         return self._spawn()
@@ -285,9 +282,14 @@ class WorkerPool:
         if not s.ready:
             self._kill(s)
             raise RuntimeError("a check worker did not start in time")
+        return self._replace(s, queue, on_record, status="timeout",
+                             reason=f"no result within {self.timeout:g} s", seconds=self.timeout)
+
+    def _replace(self, s: _Slot, queue, on_record, **outcome) -> _Slot:
+        """Record the backend in flight with this outcome, re-queue the rest of its job
+        and put a fresh worker in the slot."""
         rec = base_record(s.pending[0], s.case)
-        rec.update(status="timeout", reason=f"no result within {self.timeout:g} s",
-                   seconds=self.timeout)
+        rec.update(outcome)
         on_record(rec)
         if s.pending[1:]:
             queue.appendleft((s.case, s.pending[1:]))
