@@ -53,6 +53,20 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Runs fn over n_tasks once untimed (wakes the pool, clocks, vector unit), then
+ * reps timed times into times[]; returns the wall time of the whole. */
+static double time_reps(int nt, int64_t n_tasks, sdpa_probe_task_fn fn, void *ctx, int64_t reps,
+                        double *times) {
+  double t_start = now_seconds();
+  sdpa_probe_parallel_for(nt, n_tasks, fn, ctx);
+  for (int64_t r = 0; r < reps; r++) {
+    double t0 = now_seconds();
+    sdpa_probe_parallel_for(nt, n_tasks, fn, ctx);
+    times[r] = now_seconds() - t0;
+  }
+  return now_seconds() - t_start;
+}
+
 static int resolve_threads(int32_t n_threads) {
   int n = n_threads > 0 ? (int)n_threads : sdpa_probe_default_threads();
   if (n > SDPA_PROBE_MAX_THREADS) n = SDPA_PROBE_MAX_THREADS;
@@ -206,14 +220,7 @@ int sdpa_probe_mb_read(sdpa_probe_mb_buffer *buf, int32_t n_threads, int64_t pas
   read_ctx_init(c, buf, nt);
   int64_t n_tasks = passes * c->n_chunks;
   double times[SDPA_PROBE_MB_MAX_REPS];
-  double t_start = now_seconds();
-  sdpa_probe_parallel_for(nt, n_tasks, read_task, c); /* warm-up: wakes the pool */
-  for (int64_t r = 0; r < reps; r++) {
-    double t0 = now_seconds();
-    sdpa_probe_parallel_for(nt, n_tasks, read_task, c);
-    times[r] = now_seconds() - t0;
-  }
-  double total = now_seconds() - t_start;
+  double total = time_reps(nt, n_tasks, read_task, c, reps, times);
   double sink = 0;
   for (int i = 0; i < SDPA_PROBE_MAX_THREADS; i++) sink += c->sink[i].v;
   g_mb_sink = sink;
@@ -286,14 +293,7 @@ int sdpa_probe_mb_fma(int32_t n_threads, int64_t iters_per_thread, int64_t reps,
   c->add = 0.001f;
   int64_t n_tasks = (int64_t)nt * MB_FMA_TASKS_PER_THREAD;
   double times[SDPA_PROBE_MB_MAX_REPS];
-  double t_start = now_seconds();
-  sdpa_probe_parallel_for(nt, n_tasks, fma_task, c); /* warm-up: pool, clocks, vector unit */
-  for (int64_t r = 0; r < reps; r++) {
-    double t0 = now_seconds();
-    sdpa_probe_parallel_for(nt, n_tasks, fma_task, c);
-    times[r] = now_seconds() - t0;
-  }
-  double total = now_seconds() - t_start;
+  double total = time_reps(nt, n_tasks, fma_task, c, reps, times);
   double sink = 0;
   for (int i = 0; i < SDPA_PROBE_MAX_THREADS; i++) sink += c->sink[i].v;
   g_mb_sink = sink;
