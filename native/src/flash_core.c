@@ -85,7 +85,7 @@ static int64_t per_thread_floats(const flash_ctx *c) {
     n += FC_TILE * kvp; /* scores of one tile */
     if (c->a->kv_len > 0 && (c->a->k.dtype == SDPA_I8 || c->a->v.dtype == SDPA_I8))
       n += 4 * kvp;     /* per-key scales and zero points of a block */
-    if (c->iqk) n += PAD16(RH); /* per-row factor scale * q_scale */
+    if (c->iqk) n += 2 * PAD16(RH); /* per row: scale * q_scale, and sum(q - zq) */
     if (c->panel) {
       n += PAD16(D * kvp);                                   /* K^T of a block */
       if (c->a->v.dtype != SDPA_F32) n += PAD16(c->kvb * D); /* V of a block as F32 */
@@ -117,17 +117,21 @@ static void setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
    * for its key range and streams K / V in memory order; otherwise one head. */
   c->hc = c->R_max <= FLASH_HEADS_TOGETHER_ROWS ? a->n_kv_heads : 1;
   c->n_hchunks = (a->n_kv_heads + c->hc - 1) / c->hc;
-  /* short key blocks when a block spans every head: the next block's rows, which
-   * are prefetched while this one runs, then still fit in L2 */
-  int64_t isz = 4; /* bytes of the widest K / V element */
-  if (a->kv_len > 0) {
-    int64_t ik = a->k.dtype == SDPA_I8 ? 1 : a->k.dtype == SDPA_F32 ? 4 : 2;
-    int64_t iv = a->v.dtype == SDPA_I8 ? 1 : a->v.dtype == SDPA_F32 ? 4 : 2;
-    isz = ik > iv ? ik : iv;
+  /* short key blocks when a block spans every head: FLASH_DECODE_BLOCK_BYTES of
+   * K and V, so that the block and the next one, prefetched while this one
+   * runs, stay in L2; at most FLASH_DECODE_KV_BLOCK 4-byte keys (more keys per
+   * block only lengthened the per-block work) and at least 4 */
+  c->kvb = cfg->kv_block > 0 ? cfg->kv_block : FLASH_DEFAULT_KV_BLOCK;
+  if (cfg->kv_block <= 0 && c->hc > 1 && a->kv_len > 0) {
+    const int64_t ik = a->k.dtype == SDPA_I8 ? 1 : a->k.dtype == SDPA_F32 ? 4 : 2;
+    const int64_t iv = a->v.dtype == SDPA_I8 ? 1 : a->v.dtype == SDPA_F32 ? 4 : 2;
+    const int64_t isz = ik > iv ? ik : iv;
+    int64_t kvb = FLASH_DECODE_BLOCK_BYTES / (c->hc * c->D * (ik + iv));
+    if (kvb > FLASH_DECODE_KV_BLOCK * 4 / isz) kvb = FLASH_DECODE_KV_BLOCK * 4 / isz;
+    c->kvb = kvb < 4 ? 4 : kvb;
+  } else if (cfg->kv_block <= 0 && c->hc > 1) {
+    c->kvb = FLASH_DECODE_KV_BLOCK;
   }
-  c->kvb = cfg->kv_block > 0 ? cfg->kv_block
-                             : (c->hc > 1 ? FLASH_DECODE_KV_BLOCK * 4 / isz   /* same bytes */
-                                          : FLASH_DEFAULT_KV_BLOCK);
   c->scale = sdpa_effective_scale(a);
   c->k_direct = a->k.dtype == SDPA_F32 && a->k.stride[3] == 1;
   c->v_direct = a->v.dtype == SDPA_F32 && a->v.stride[3] == 1;
@@ -261,7 +265,7 @@ SDPA_INLINE void fc_store_scores(const int NR, const v8f *acc, float *S, int64_t
  * DRAM page once per head. So while a block is processed, the next block's rows
  * are prefetched in memory order (position-major, all heads of the task): a
  * cursor that advances one row per key processed, K and V. */
-#define FC_PF_HINT 3
+#define FC_PF_HINT 2 /* to L2 and below (prefetcht1): measured ~3% ahead of prefetcht0 */
 typedef struct {
   int linear;                     /* rows of a position are dense: walk bytes */
   const char *kc, *kend, *vc, *vend; /* linear: cursors over the next block */
@@ -358,23 +362,23 @@ SDPA_INLINE void fc_scores(const int NR, const int DT, const float *SDPA_RESTRIC
 }
 
 #ifdef FC_X86
-/* The scores of int8 Q against int8 K, exact: (q - zq) . (k - zk) in int32
- * through 16-bit multiply-adds (|x - z| <= 255: products and pair sums fit),
- * converted to float (exact below 2^24, i.e. head_dim <= 256). The caller
- * applies scale * q_scale * k_scale. head_dim a multiple of 16. */
+/* The scores of int8 Q against int8 K before the K zero point: (q - zq) . k in
+ * int32 through 16-bit multiply-adds (|q - zq| <= 255, |k| <= 128: products and
+ * pair sums fit), converted to float (exact: below 2^24 for head_dim <= 256).
+ * The caller subtracts zk * sum(q - zq), also exact, and applies scale *
+ * q_scale * k_scale; leaving zk out of the loop saves a subtract per K vector
+ * and the registers that held it. head_dim a multiple of 16. */
 SDPA_INLINE void fc_scores_iq(const int NR, const int16_t *SDPA_RESTRICT Qi, int64_t D,
-                              const char *K, int64_t ks, const int32_t *kz, int64_t n,
-                              float *SDPA_RESTRICT S, int64_t sst, fc_prefetch *pf) {
+                              const char *K, int64_t ks, int64_t n, float *SDPA_RESTRICT S,
+                              int64_t sst, fc_prefetch *pf) {
   const int KS = 8 / NR;
   for (int64_t j = 0; j < n; j += KS) {
     const char *kr[8];
-    __m256i zk[8];
     if (pf != NULL) fc_prefetch_step(pf, KS);
 #pragma GCC unroll 8
     for (int k = 0; k < KS; k++) {
       int64_t jj = j + k < n ? j + k : n - 1; /* never past the block's last key */
       kr[k] = K + jj * ks;
-      zk[k] = _mm256_set1_epi16((short)kz[jj]);
     }
     __m256i acc[8];
 #pragma GCC unroll 8
@@ -383,8 +387,7 @@ SDPA_INLINE void fc_scores_iq(const int NR, const int16_t *SDPA_RESTRICT Qi, int
       __m256i kv[8];
 #pragma GCC unroll 8
       for (int k = 0; k < KS; k++)
-        kv[k] = _mm256_sub_epi16(
-            _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(kr[k] + d))), zk[k]);
+        kv[k] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(kr[k] + d)));
 #pragma GCC unroll 4
       for (int r = 0; r < NR; r++) {
         __m256i qv = _mm256_loadu_si256((const __m256i *)(Qi + r * D + d));
@@ -470,13 +473,12 @@ FC_INST_DT(bf16, SDPA_BF16)
 FC_INST_DT(i8, SDPA_I8)
 
 #ifdef FC_X86
-typedef void (*fc_scores_iq_fn)(const int16_t *, int64_t, const char *, int64_t, const int32_t *,
-                                int64_t, float *, int64_t, fc_prefetch *);
+typedef void (*fc_scores_iq_fn)(const int16_t *, int64_t, const char *, int64_t, int64_t,
+                                float *, int64_t, fc_prefetch *);
 #define FC_INST_IQ(NR)                                                                        \
   static void scores_iq_##NR(const int16_t *Qi, int64_t D, const char *K, int64_t ks,        \
-                             const int32_t *kz, int64_t n, float *S, int64_t sst,             \
-                             fc_prefetch *pf) {                                               \
-    fc_scores_iq(NR, Qi, D, K, ks, kz, n, S, sst, pf);                                        \
+                             int64_t n, float *S, int64_t sst, fc_prefetch *pf) {             \
+    fc_scores_iq(NR, Qi, D, K, ks, n, S, sst, pf);                                            \
   }
 FC_INST_IQ(1)
 FC_INST_IQ(2)
@@ -671,6 +673,7 @@ typedef struct {
   fc_prefetch *pf;   /* fast path: the task's prefetch cursor (NULL: none) */
   float *ksc, *vsc;  /* fast path, I8: per-key scales of the block */
   float *qf;         /* integer Q.K^T: scale * q_scale per row; Q then holds (q - zq) as int16 */
+  float *qs;         /* integer Q.K^T: sum of (q - zq) per row (an integer, exact) */
   float *KT;         /* panel: the K block transposed, [D][kvp], dequantised */
   int32_t *kz, *vz;  /* fast path, I8: per-key zero points of the block */
 } thread_bufs;
@@ -813,7 +816,10 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
       tb->ksc[j] = sc;
       tb->kz[j] = zp;
     }
-    for (int64_t j = nk; j < kvp; j++) tb->ksc[j] = 0.0f;
+    for (int64_t j = nk; j < kvp; j++) {
+      tb->ksc[j] = 0.0f;
+      tb->kz[j] = 0;
+    }
   }
   if (vdt == SDPA_I8) {
     for (int64_t j = 0; j < nk; j++) {
@@ -860,7 +866,7 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
         k_scores_panel[nr](tb->Q + t0 * D, D, tb->KT, kvp, n, S, kvp);
 #ifdef FC_X86
       else if (c->iqk)
-        k_scores_iq[nr]((const int16_t *)tb->Q + t0 * D, D, K, ks, tb->kz, n, S, kvp,
+        k_scores_iq[nr]((const int16_t *)tb->Q + t0 * D, D, K, ks, n, S, kvp,
                         t0 == 0 ? tb->pf : NULL);
 #endif
       else
@@ -870,9 +876,11 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
         float *s = S + r * kvp;
         const int64_t row = t0 + r, i = q0 + row % qbr;
         if (c->iqk) {
-          const v8f qf = v8f_set1(tb->qf[row]);
-          for (int64_t j = 0; j < n8; j += 8)
-            v8f_store(s + j, v8f_load(s + j) * v8f_load(tb->ksc + j) * qf);
+          const v8f qf = v8f_set1(tb->qf[row]), qs = v8f_set1(tb->qs[row]);
+          for (int64_t j = 0; j < n8; j += 8) {
+            const v8f zk = __builtin_convertvector((v8i)v8f_load((const float *)(tb->kz + j)), v8f);
+            v8f_store(s + j, (v8f_load(s + j) - zk * qs) * v8f_load(tb->ksc + j) * qf);
+          }
         } else if (kdt == SDPA_I8 && !c->panel) { /* (the panel has the scales folded in) */
           for (int64_t j = 0; j < n8; j += 8) v8f_store(s + j, v8f_load(s + j) * v8f_load(tb->ksc + j));
         }
@@ -1002,6 +1010,7 @@ static thread_bufs head_bufs(const flash_ctx *c, const thread_bufs *all, int64_t
   tb.m += h_local * c->R_max;
   tb.l += h_local * c->R_max;
   if (tb.qf) tb.qf += h_local * c->R_max;
+  if (tb.qs) tb.qs += h_local * c->R_max;
   return tb;
 }
 
@@ -1105,6 +1114,8 @@ static void flash_task(void *vctx, int64_t t, int thread) {
     if (c->iqk) {
       tb.qf = next;
       next += PAD16(c->hc * c->R_max);
+      tb.qs = next;
+      next += PAD16(c->hc * c->R_max);
     }
     if (c->panel) {
       tb.KT = next;
@@ -1132,8 +1143,13 @@ static void flash_task(void *vctx, int64_t t, int thread) {
           float sq;
           int32_t zq;
           sdpa_qparams(&a->q, b, q0 + ii, hq, &sq, &zq);
-          for (int64_t d = 0; d < D; d++) qi[d] = (int16_t)((int32_t)src[d * a->q.stride[3]] - zq);
+          int32_t sum = 0;
+          for (int64_t d = 0; d < D; d++) {
+            qi[d] = (int16_t)((int32_t)src[d * a->q.stride[3]] - zq);
+            sum += qi[d];
+          }
           hb.qf[r] = sq * c->scale;
+          hb.qs[r] = (float)sum;
         } else {
           sdpa_load_token(&a->q, b, q0 + ii, (hk0 + h) * c->G + g, D, q);
           fc_scal(q, c->scale, D);

@@ -25,7 +25,8 @@ typedef struct flash_cfg {
 #define FLASH_DEFAULT_Q_BLOCK 32
 #define FLASH_DEFAULT_KV_BLOCK 128 /* tasks of one kv head (prefill) */
 #define FLASH_DECODE_KV_BLOCK 16   /* tasks spanning every kv head (decode), 4-byte K/V;
-                                      2-byte: 32 keys, int8: 64 (the same bytes) */
+                                      2-byte: 32 keys, int8: 64 (the same bytes) at most */
+#define FLASH_DECODE_BLOCK_BYTES (64 << 10) /* ... and K + V of a block over the task's heads */
 
 void flash_cfg_defaults(flash_cfg *cfg, const sdpa_probe_flash_opts *opts);
 int flash_core(const sdpa_args *a, const flash_cfg *cfg);
