@@ -20,6 +20,8 @@ int sdpa_probe_mb_read(sdpa_probe_mb_buffer *buf, int32_t n_threads, int64_t pas
                        int64_t reps, sdpa_probe_mb_result *out);
 int sdpa_probe_mb_fma(int32_t n_threads, int64_t iters_per_thread, int64_t reps,
                       sdpa_probe_mb_result *out);
+int sdpa_probe_mb_convert(int32_t dtype, int32_t n_threads, int64_t iters_per_thread,
+                          int64_t reps, sdpa_probe_mb_result *out);
 int sdpa_probe_mb_fma_config(int32_t *chains, int32_t *lanes, int32_t *fused);
 """
 INCLUDE = '#include "sdpa_probe_machine.h"\n'

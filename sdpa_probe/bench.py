@@ -111,6 +111,11 @@ class Shape:
         return 2 * rows * per_row
 
     @property
+    def kv_elements(self) -> int:
+        """K and V elements: what a kernel converts to F32 (once each, at best)."""
+        return 2 * self.batch * self.kv_len * self.n_kv_heads * self.head_dim
+
+    @property
     def bytes(self) -> int:
         """Unique bytes per call: q, k, v read once, out written once."""
         rows = self.batch * self.q_len * self.n_heads
@@ -156,10 +161,12 @@ GROUPS: dict[str, Callable[[Shape], bool]] = {
     "decode": lambda s: s.kind == "decode",
     "prefill": lambda s: s.kind == "prefill",
     # the shapes the performance targets are stated on
-    "targets": lambda s: s.n_heads == 32 and (s.kind == "prefill" and s.dtype == "f32"
-                                               or s.kind == "decode" and (
-                                                   s.kv_len == 8192 or s.dtype == "f32"
-                                                   and s.kv_len in (512, 2048))),
+    "targets": lambda s: (s.n_heads == 32 and (s.kind == "prefill" and s.dtype == "f32"
+                                                or s.kind == "decode" and (
+                                                    s.kv_len == 8192 or s.dtype == "f32"
+                                                    and s.kv_len in (512, 2048)))
+                          # the int8 and F16 targets name no head shape: the other one too
+                          or s.kind == "decode" and s.kv_len == 8192),
     "quick": lambda s: s.n_heads == 32 and s.kv_len in (2048, 8192) and s.kind == "decode",
 }
 
@@ -463,14 +470,19 @@ def _figures(shape: Shape, stats: dict, roof: dict | None, threads: int) -> dict
            "gflops": round(shape.flops / t / 1e9, 2), "dram_pct": None, "roofline_pct": None,
            "bound": None}
     if roof:
+        n = "all" if threads > 1 else "1t"
         bw = roof.get("read_bw_gbs_all" if threads > 1 else "read_bw_gbs_1t")
         fl = roof.get("fma_gflops_all" if threads > 1 else "fma_gflops_1t")
+        cvt = roof.get(f"cvt_{shape.dtype}_gelems_{n}") if shape.dtype != "f32" else None
         if bw and fl:
-            t_mem = shape.bytes / (bw * 1e9)
-            t_cpu = shape.flops / (fl * 1e9)
+            # the slowest of: reading the bytes, the multiply-adds, converting K and V to F32
+            bounds = {"memory": shape.bytes / (bw * 1e9), "compute": shape.flops / (fl * 1e9)}
+            if cvt:
+                bounds["conversion"] = shape.kv_elements / (cvt * 1e9)
+            bound = max(bounds, key=bounds.get)
             out["dram_pct"] = round(100.0 * gb_s / bw, 1)
-            out["roofline_pct"] = round(100.0 * max(t_mem, t_cpu) / t, 1)
-            out["bound"] = "memory" if t_mem >= t_cpu else "compute"
+            out["roofline_pct"] = round(100.0 * bounds[bound] / t, 1)
+            out["bound"] = bound
     return out
 
 
@@ -626,12 +638,16 @@ def check_targets(doc: dict) -> list[dict]:
             ratio(f"decode-h32kv8d64-kv{kv}-f32", "flash", "torch"), 1.0)
     add("flash f32 prefill 512 causal vs torch",
         ratio("prefill-h32kv8d64-q512-kv512-causal-f32", "flash", "torch"), 1.0)
-    add("quant_int8 decode kv8192 vs flash f32",
-        speedup(f"{d8}-f32", "flash", f"{d8}-i8", "quant_int8"), 2.5)
+    # the int8 and F16 targets name no head shape: both preset shapes are reported
+    d16 = "decode-h16kv16d128-kv8192"
+    for d, tag in ((d8, ""), (d16, " (16, 16, 128)")):
+        add(f"quant_int8 decode kv8192 vs flash f32{tag}",
+            speedup(f"{d}-f32", "flash", f"{d}-i8", "quant_int8"), 2.5)
     add("quant_int8 decode kv8192 vs executorch custom_quantized_sdpa",
         ratio(f"{d8}-i8", "quant_int8", "executorch"), 10.0)
-    add("flash f16 decode kv8192 vs flash f32",
-        speedup(f"{d8}-f32", "flash", f"{d8}-f16", "flash"), 1.7)
+    for d, tag in ((d8, ""), (d16, " (16, 16, 128)")):
+        add(f"flash f16 decode kv8192 vs flash f32{tag}",
+            speedup(f"{d}-f32", "flash", f"{d}-f16", "flash"), 1.7)
     return out
 
 

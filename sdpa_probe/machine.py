@@ -39,12 +39,17 @@ L2_FALLBACK_BYTES = 128 * 1024  # half of L2 when sysfs knows it
 L2_REPS = 20  # each repetition reads the buffer 64 MiB worth of times
 FMA_ITERS_PER_THREAD = 1 << 20  # x 12 chains x 8 lanes x 2 flops = 201 MFLOP per thread
 FMA_REPS = 10
+CVT_ITERS_PER_THREAD = 1 << 18  # x 64 elements: 16.8 M conversions per thread
+CVT_REPS = 8
+# stored dtypes whose elements a kernel converts to F32 (the kernels' own conversion)
+CONVERT_DTYPES = {"f16": native.F16, "bf16": native.BF16, "i8": native.I8}
 ROUNDS = 2  # the whole set twice, best of both: a burst of other work spoils only one
 BUSY_FRACTION = 0.1  # others (or the hypervisor) took this much of the CPUs: "busy"
 
+CONVERT_KEYS = tuple(f"cvt_{dt}_gelems_{n}" for dt in CONVERT_DTYPES for n in ("1t", "all"))
 ROOFLINE_KEYS = ("read_bw_gbs_1t", "read_bw_gbs_all", "l2_read_bw_gbs",
-                 "fma_gflops_1t", "fma_gflops_all")
-SCHEMA = 2
+                 "fma_gflops_1t", "fma_gflops_all", *CONVERT_KEYS)
+SCHEMA = 3
 
 X86_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni", "amx_tile", "amx_bf16",
@@ -225,6 +230,7 @@ def plan() -> dict:
         "dram_buffer_bytes": int(dram), "dram_passes": DRAM_PASSES, "dram_reps": DRAM_REPS,
         "l2_buffer_bytes": int(l2_buf), "l2_reps": L2_REPS,
         "fma_iters_per_thread": FMA_ITERS_PER_THREAD, "fma_reps": FMA_REPS,
+        "cvt_iters_per_thread": CVT_ITERS_PER_THREAD, "cvt_reps": CVT_REPS,
         "rounds": ROUNDS,
     }
 
@@ -325,6 +331,14 @@ def measure(progress: Progress | None = None) -> dict:
                     _check(lib.sdpa_probe_mb_fma(threads, p["fma_iters_per_thread"],
                                                  p["fma_reps"], r), name)
                     _keep_best(details, name, _result(r, GB))
+                for dt, code in CONVERT_DTYPES.items():
+                    for threads, n in ((1, "1t"), (nt, "all")):
+                        name = f"cvt_{dt}_gelems_{n}"
+                        say(f"{dt} -> F32 conversion, {threads} thread"
+                            f"{'s' if threads > 1 else ''}{of}")
+                        _check(lib.sdpa_probe_mb_convert(code, threads, p["cvt_iters_per_thread"],
+                                                         p["cvt_reps"], r), name)
+                        _keep_best(details, name, _result(r, GB))
         finally:
             lib.sdpa_probe_mb_buffer_free(l2[0])
     finally:
@@ -391,7 +405,8 @@ def roofline(refresh: bool = False, progress: Progress | None = None) -> dict:
     """This machine's roofline: cached if measured before for this build, else measured now.
 
     Keys: read_bw_gbs_1t, read_bw_gbs_all, l2_read_bw_gbs (GB/s), fma_gflops_1t,
-    fma_gflops_all (GFLOP/s), ridge points, measurement details; "cached" says
+    fma_gflops_all (GFLOP/s), cvt_{f16,bf16,i8}_gelems_{1t,all} (G elements/s
+    converted to F32), ridge points, measurement details; "cached" says
     whether it came from the cache and "cache_path" where it is kept.
     """
     path = cache_path()

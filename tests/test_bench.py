@@ -51,7 +51,9 @@ def test_groups_select_presets():
     targets = {s.name for s in bench.select_shapes("targets")}
     assert {"decode-h32kv8d64-kv512-f32", "decode-h32kv8d64-kv2048-f32",
             "decode-h32kv8d64-kv8192-f32", "decode-h32kv8d64-kv8192-f16",
-            "decode-h32kv8d64-kv8192-i8", "prefill-h32kv8d64-q512-kv512-causal-f32"} <= targets
+            "decode-h32kv8d64-kv8192-i8", "prefill-h32kv8d64-q512-kv512-causal-f32",
+            "decode-h16kv16d128-kv8192-f32", "decode-h16kv16d128-kv8192-f16",
+            "decode-h16kv16d128-kv8192-i8"} <= targets
     only16 = bench.select_shapes("decode", dtypes=["f16"])
     assert only16 and all(s.dtype == "f16" and s.kind == "decode" for s in only16)
 
@@ -78,6 +80,20 @@ def test_bench_measures_the_real_computation():
         q, k, v = (torch.from_numpy(x).permute(0, 2, 1, 3) for x in (s.q32, s.k32, s.v32))
         ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
         np.testing.assert_allclose(s.out, ref.permute(0, 2, 1, 3).numpy(), atol=1e-5)
+
+
+def test_roofline_bound_counts_the_conversion_of_k_and_v():
+    s = bench.PRESETS["decode-h16kv16d128-kv8192-i8"]
+    assert s.kv_elements == 2 * 8192 * 16 * 128
+    t_cvt = s.kv_elements / 1e9  # at 1 G elements/s: far slower than memory or FMA
+    stats = {"median_us": 2 * t_cvt * 1e6}
+    f = bench._figures(s, stats, FAKE_ROOF | {"cvt_i8_gelems_all": 1.0}, threads=2)
+    assert f["bound"] == "conversion" and f["roofline_pct"] == pytest.approx(50.0, abs=0.1)
+    f = bench._figures(s, stats, FAKE_ROOF, threads=2)  # a roofline without the rates
+    assert f["bound"] in ("memory", "compute") and f["roofline_pct"] < 50.0
+    f32 = bench.PRESETS["decode-h16kv16d128-kv8192-f32"]  # F32 converts nothing
+    f = bench._figures(f32, stats, FAKE_ROOF | {"cvt_f32_gelems_all": 1e-9}, threads=2)
+    assert f["bound"] == "memory"
 
 
 def test_json_contract():

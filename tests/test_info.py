@@ -75,6 +75,9 @@ def test_sane_ranges(first):
     # all threads should not be slower than one, give or take a noisy neighbour
     assert r["fma_gflops_all"] >= 0.6 * r["fma_gflops_1t"]
     assert r["ridge_flops_per_byte_all"] > 0
+    for dt in machine.CONVERT_DTYPES:  # elements converted per second: above 10 M, below FMA
+        assert 0.01 < r[f"cvt_{dt}_gelems_1t"] < r["fma_gflops_1t"]
+        assert r[f"cvt_{dt}_gelems_all"] >= 0.6 * r[f"cvt_{dt}_gelems_1t"]
     d = r["details"]
     assert set(d) == set(machine.ROOFLINE_KEYS)
     for key, item in d.items():

@@ -55,6 +55,14 @@ int sdpa_probe_mb_read(sdpa_probe_mb_buffer *buf, int32_t n_threads, int64_t pas
 int sdpa_probe_mb_fma(int32_t n_threads, int64_t iters_per_thread, int64_t reps,
                       sdpa_probe_mb_result *out);
 
+/* Converts an L1-resident buffer of dtype (SDPA_F16, SDPA_BF16 or SDPA_I8,
+ * the latter as x - zero_point) to F32 8 elements at a time, with the same
+ * conversion the kernels' inner loops use, each result FMA'd into an
+ * accumulator: `iters_per_thread` steps of 64 elements per thread. out->best
+ * is elements/s. It bounds kernels that convert every K and V element once. */
+int sdpa_probe_mb_convert(int32_t dtype, int32_t n_threads, int64_t iters_per_thread,
+                          int64_t reps, sdpa_probe_mb_result *out);
+
 /* How the FMA benchmark was compiled: independent chains, lanes per chain
  * (vector width in floats) and whether the multiply-add is a fused
  * instruction (1) or a separate multiply and add (0). */

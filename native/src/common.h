@@ -131,6 +131,29 @@ SDPA_INLINE uint16_t sdpa_f32_to_f16(float f) {
 #endif
 }
 
+/* 8 consecutive elements of dtype DT at p as float; I8 gives (x - zp). The
+ * conversion in the kernels' inner loops, and the one `probe info` times. */
+SDPA_INLINE v8f sdpa_ld8(const char *p, const int DT, v8i zp) {
+  if (DT == SDPA_F32) return v8f_load((const float *)p);
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+  if (DT == SDPA_F16) return (v8f)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+  if (DT == SDPA_BF16) {
+    __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return (v8f)_mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+  }
+  __m256i x = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+  return (v8f)_mm256_cvtepi32_ps(_mm256_sub_epi32(x, (__m256i)zp));
+#else
+  v8f r;
+  for (int i = 0; i < 8; i++) {
+    if (DT == SDPA_F16) r[i] = sdpa_f16_to_f32(((const uint16_t *)p)[i]);
+    else if (DT == SDPA_BF16) r[i] = sdpa_bf16_to_f32(((const uint16_t *)p)[i]);
+    else r[i] = (float)((int32_t)((const int8_t *)p)[i] - zp[i]);
+  }
+  return r;
+#endif
+}
+
 /* Load n elements spaced `stride` apart as float. For SDPA_I8, real value is
  * (x - zp) * scale. */
 SDPA_INLINE void sdpa_load_row(const void *base, int32_t dtype, int64_t off, int64_t stride,

@@ -196,28 +196,6 @@ SDPA_INLINE v8f fc_hsum8(const v8f *a) {
 
 SDPA_INLINE int64_t fc_isz(int DT) { return DT == SDPA_F32 ? 4 : DT == SDPA_I8 ? 1 : 2; }
 
-/* 8 consecutive elements of dtype DT at p as float; I8 gives (x - zp). */
-SDPA_INLINE v8f fc_ld(const char *p, const int DT, v8i zp) {
-  if (DT == SDPA_F32) return v8f_load((const float *)p);
-#ifdef FC_X86
-  if (DT == SDPA_F16) return (v8f)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-  if (DT == SDPA_BF16) {
-    __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return (v8f)_mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-  }
-  __m256i x = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
-  return (v8f)_mm256_cvtepi32_ps(_mm256_sub_epi32(x, (__m256i)zp));
-#else
-  v8f r;
-  for (int i = 0; i < 8; i++) {
-    if (DT == SDPA_F16) r[i] = sdpa_f16_to_f32(((const uint16_t *)p)[i]);
-    else if (DT == SDPA_BF16) r[i] = sdpa_bf16_to_f32(((const uint16_t *)p)[i]);
-    else r[i] = (float)((int32_t)((const int8_t *)p)[i] - zp[i]);
-  }
-  return r;
-#endif
-}
-
 SDPA_INLINE v8i fc_set1i(int32_t x) { return (v8i){x, x, x, x, x, x, x, x}; }
 
 /* y[0:n] *= alpha (the same rounding as sdpa_scal, vectorised). */
@@ -344,7 +322,7 @@ SDPA_INLINE void fc_scores(const int NR, const int DT, const float *SDPA_RESTRIC
     for (int64_t d = 0; d < D; d += 8) {
       v8f kv[8];
 #pragma GCC unroll 8
-      for (int k = 0; k < KS; k++) kv[k] = fc_ld(kr[k] + d * isz, DT, zk[k]);
+      for (int k = 0; k < KS; k++) kv[k] = sdpa_ld8(kr[k] + d * isz, DT, zk[k]);
 #pragma GCC unroll 4
       for (int r = 0; r < NR; r++) {
         v8f qv = v8f_load(Q + r * D + d);
@@ -422,7 +400,7 @@ SDPA_INLINE void fc_pv_chunk(const int NR, const int VC, const int DT, float *SD
     const v8i z = DT == SDPA_I8 ? fc_set1i(vz[j]) : fc_set1i(0);
     v8f vv[8];
 #pragma GCC unroll 8
-    for (int c = 0; c < VC; c++) vv[c] = fc_ld(vr + 8 * c * isz, DT, z);
+    for (int c = 0; c < VC; c++) vv[c] = sdpa_ld8(vr + 8 * c * isz, DT, z);
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
       v8f p = v8f_set1(P[r * pst + j]);
@@ -572,7 +550,7 @@ SDPA_INLINE void fc_pack_kt(const int DT, const char *K, int64_t ks, const int32
       for (int k = 0; k < 8; k++) {
         if (k < m) {
           const v8i z = DT == SDPA_I8 ? fc_set1i(kz[j + k]) : fc_set1i(0);
-          r[k] = fc_ld(K + (j + k) * ks + d * isz, DT, z);
+          r[k] = sdpa_ld8(K + (j + k) * ks + d * isz, DT, z);
           if (DT == SDPA_I8) r[k] *= v8f_set1(ksc[j + k]);
         } else {
           r[k] = v8f_set1(0.0f); /* past the block: never read */
@@ -611,10 +589,10 @@ static void fc_convert_v(int DT, const char *V, int64_t vs, const int32_t *vz, c
     const v8f sc = v8f_set1(DT == SDPA_I8 ? vsc[j] : 1.0f);
     for (int64_t d = 0; d < D; d += 8) {
       v8f x;
-      if (DT == SDPA_F16) x = fc_ld(row + d * isz, SDPA_F16, z);
-      else if (DT == SDPA_BF16) x = fc_ld(row + d * isz, SDPA_BF16, z);
-      else if (DT == SDPA_I8) x = fc_ld(row + d * isz, SDPA_I8, z) * sc;
-      else x = fc_ld(row + d * isz, SDPA_F32, z);
+      if (DT == SDPA_F16) x = sdpa_ld8(row + d * isz, SDPA_F16, z);
+      else if (DT == SDPA_BF16) x = sdpa_ld8(row + d * isz, SDPA_BF16, z);
+      else if (DT == SDPA_I8) x = sdpa_ld8(row + d * isz, SDPA_I8, z) * sc;
+      else x = sdpa_ld8(row + d * isz, SDPA_F32, z);
       v8f_store(o + d, x);
     }
   }

@@ -303,6 +303,78 @@ int sdpa_probe_mb_fma(int32_t n_threads, int64_t iters_per_thread, int64_t reps,
   return SDPA_PROBE_MB_OK;
 }
 
+/* ---- conversion throughput -------------------------------------------- */
+
+/* An L1-resident source of every dtype: 4 KiB, walked 256 bytes at a time. */
+#define MB_CVT_SRC_BYTES 4096
+
+typedef struct {
+  int32_t dtype;
+  int64_t iters; /* inner steps per task: 8 vectors of 8 elements each */
+  mb_sink sink[SDPA_PROBE_MAX_THREADS];
+} cvt_ctx;
+
+/* The kernels' 8-element conversion (sdpa_ld8) of one dtype, each result
+ * FMA'd into its own accumulator as a kernel would use it. */
+#define MB_CVT_LOOP(DT, ISZ)                                                          \
+  for (int64_t i = 0; i < c->iters; i++) {                                            \
+    const char *p = src + (i & (MB_CVT_SRC_BYTES / (64 * (ISZ)) - 1)) * 64 * (ISZ);   \
+    a0 = sdpa_ld8(p + 0 * 8 * (ISZ), DT, zp) * w + a0;                                \
+    a1 = sdpa_ld8(p + 1 * 8 * (ISZ), DT, zp) * w + a1;                                \
+    a2 = sdpa_ld8(p + 2 * 8 * (ISZ), DT, zp) * w + a2;                                \
+    a3 = sdpa_ld8(p + 3 * 8 * (ISZ), DT, zp) * w + a3;                                \
+    a4 = sdpa_ld8(p + 4 * 8 * (ISZ), DT, zp) * w + a4;                                \
+    a5 = sdpa_ld8(p + 5 * 8 * (ISZ), DT, zp) * w + a5;                                \
+    a6 = sdpa_ld8(p + 6 * 8 * (ISZ), DT, zp) * w + a6;                                \
+    a7 = sdpa_ld8(p + 7 * 8 * (ISZ), DT, zp) * w + a7;                                \
+  }
+
+static void cvt_task(void *vctx, int64_t task, int thread) {
+  cvt_ctx *c = vctx;
+  _Alignas(64) char src[MB_CVT_SRC_BYTES];
+  for (int i = 0; i < MB_CVT_SRC_BYTES; i += 2) { /* small finite values in every dtype */
+    uint16_t h = (uint16_t)(0x3c00u + (uint16_t)((i + task) & 63)); /* F16 in [1, 1.07) */
+    memcpy(src + i, &h, 2);
+  }
+  const v8f w = v8f_set1(1e-6f);
+  const v8i zp = (v8i){3, 3, 3, 3, 3, 3, 3, 3};
+  v8f a0 = v8f_set1(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  if (c->dtype == SDPA_F16) {
+    MB_CVT_LOOP(SDPA_F16, 2)
+  } else if (c->dtype == SDPA_BF16) {
+    MB_CVT_LOOP(SDPA_BF16, 2)
+  } else {
+    MB_CVT_LOOP(SDPA_I8, 1)
+  }
+  v8f t = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
+  c->sink[thread].v += (double)v8f_hsum(t);
+}
+
+int sdpa_probe_mb_convert(int32_t dtype, int32_t n_threads, int64_t iters_per_thread,
+                          int64_t reps, sdpa_probe_mb_result *out) {
+  if (out == NULL || reps < 1 || reps > SDPA_PROBE_MB_MAX_REPS) return SDPA_PROBE_MB_EINVAL;
+  if (dtype != SDPA_F16 && dtype != SDPA_BF16 && dtype != SDPA_I8) return SDPA_PROBE_MB_EINVAL;
+  if (iters_per_thread < MB_FMA_TASKS_PER_THREAD || iters_per_thread > ((int64_t)1 << 40))
+    return SDPA_PROBE_MB_EINVAL;
+  memset(out, 0, sizeof *out);
+  int nt = resolve_threads(n_threads);
+  cvt_ctx *c = sdpa_probe_malloc((int64_t)sizeof *c);
+  if (c == NULL) return SDPA_PROBE_MB_ENOMEM;
+  memset(c, 0, sizeof *c);
+  c->dtype = dtype;
+  c->iters = iters_per_thread / MB_FMA_TASKS_PER_THREAD;
+  int64_t n_tasks = (int64_t)nt * MB_FMA_TASKS_PER_THREAD;
+  double times[SDPA_PROBE_MB_MAX_REPS];
+  double total = time_reps(nt, n_tasks, cvt_task, c, reps, times);
+  double sink = 0;
+  for (int i = 0; i < SDPA_PROBE_MAX_THREADS; i++) sink += c->sink[i].v;
+  g_mb_sink = sink;
+  double elems = (double)n_tasks * (double)c->iters * 64.0;
+  sdpa_probe_free(c);
+  summarise(times, reps, elems, total, nt, out);
+  return SDPA_PROBE_MB_OK;
+}
+
 int sdpa_probe_mb_fma_config(int32_t *chains, int32_t *lanes, int32_t *fused) {
   if (chains) *chains = MB_CHAINS;
   if (lanes) *lanes = MB_LANES;

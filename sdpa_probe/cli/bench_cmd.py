@@ -111,6 +111,7 @@ def bench_command(
             bw = roof["read_bw_gbs_all" if doc["threads"] > 1 else "read_bw_gbs_1t"]
             fl = roof["fma_gflops_all" if doc["threads"] > 1 else "fma_gflops_1t"]
             out.print(f"[dim]DRAM = GB/s over the measured DRAM read bandwidth ({bw} GB/s); "
-                      f"roofline = time bound min(bytes / bandwidth, flops / {fl} GFLOP/s) "
+                      f"roofline = time bound max(bytes / bandwidth, flops / {fl} GFLOP/s, "
+                      "F16 / BF16 / int8 K and V elements / the measured conversion rate) "
                       "over the median (probe info). Bytes: q, k, v read once, out written "
                       "once.[/]")
