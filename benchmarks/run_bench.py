@@ -36,7 +36,7 @@ def _pct(x) -> str:
 
 
 def markdown(doc: dict, targets: list[dict], command: str) -> str:
-    m, roof, peers = doc["machine"], doc["roofline"] or {}, doc["peers"]
+    m, roof, peers = doc["machine"], doc["roofline"] or {}, bench.ratio_columns(doc)
     caches = m.get("caches") or {}
     l3 = caches.get("l3_bytes")
     lines = [
@@ -57,13 +57,16 @@ def markdown(doc: dict, targets: list[dict], command: str) -> str:
             f"* roofline (`probe info`, {roof.get('measured_at')}"
             + (", measured while the machine was busy" if busy else "") + "): DRAM read "
             f"{roof.get('read_bw_gbs_all')} GB/s (all threads), {roof.get('read_bw_gbs_1t')} "
-            f"GB/s (1 thread); F32 FMA {roof.get('fma_gflops_all')} GFLOP/s")
-    lines += ["", "| shape | kernel | median µs | IQR µs | GB/s | % DRAM | % roofline | "
+            f"GB/s (1 thread); F32 FMA {roof.get('fma_gflops_all')} GFLOP/s"
+            + "".join(f"; {dt} -> F32 {roof[f'cvt_{dt}_gelems_all']} G elements/s"
+                      for dt in ("f16", "i8") if roof.get(f"cvt_{dt}_gelems_all")))
+    lines += ["", "| shape | kernel | median µs | IQR µs | GB/s | % DRAM | % roofline | bound | "
               + " | ".join(f"{p} µs | vs {p}" for p in peers) + " |",
-              "|---|---|--:|--:|--:|--:|--:|" + "--:|--:|" * len(peers)]
+              "|---|---|--:|--:|--:|--:|--:|---|" + "--:|--:|" * len(peers)]
     for r in doc["results"]:
         row = [f"`{r['shape']}`", r["kernel"], _us(r["median_us"]), _us(r["iqr_us"]),
-               f"{r['gb_s']:.1f}", _pct(r["dram_pct"]), _pct(r["roofline_pct"])]
+               f"{r['gb_s']:.1f}", _pct(r["dram_pct"]), _pct(r["roofline_pct"]),
+               r.get("bound") or "-"]
         for p in peers:
             if p in r["ratio"]:
                 row += [_us(r["peers"][p]["median_us"]), f"**{r['ratio'][p]:.2f}x**"]

@@ -269,6 +269,7 @@ class NativeParty(Party):
     def __init__(self, kernel: native.Kernel, shape: Shape, sets: list[Inputs], threads: int):
         self.name = kernel.name
         self.kernel = kernel
+        self.shape = shape
         ffi, lib = kernel.ffi, kernel.lib
         if not hasattr(lib, "sdpa_probe_bench_loop"):
             raise ProbeError("the native library lacks sdpa_probe_bench_loop (stale build?)")
@@ -424,6 +425,27 @@ def summarize(seconds: Sequence[float]) -> dict:
             "samples": int(a.size)}
 
 
+F32_REFERENCE = "flash@f32"
+
+
+def f32_reference(shape: Shape, threads: int, n_sets: int = 1) -> NativeParty | None:
+    """`flash` on the F32 twin of a F16 / BF16 / int8 shape, named F32_REFERENCE."""
+    if shape.dtype == "f32":
+        return None
+    twin = dataclasses.replace(shape, dtype="f32")
+    party = NativeParty(native.get_kernel("flash"), twin, make_inputs(twin, n_sets), threads)
+    party.name = F32_REFERENCE
+    return party
+
+
+def ratio_columns(doc: dict) -> list[str]:
+    """The peers of a bench document, then F32_REFERENCE if any result has it."""
+    cols = list(doc["peers"])
+    if any(F32_REFERENCE in r["ratio"] for r in doc["results"]):
+        cols.append(F32_REFERENCE)
+    return cols
+
+
 def measure(parties: Sequence[Party], rounds: int = 7, min_time: float = 0.05,
             max_batch: int = 2000) -> dict[str, list[float]]:
     """Interleaved timing: warm-up, then `rounds` rounds of one batch per party."""
@@ -550,6 +572,11 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
             sets = make_inputs(shape, n_sets)
             parties: list[Party] = [NativeParty(native.get_kernel(n), shape, sets, threads)
                                     for n in names]
+            # F16 / BF16 / int8: `flash` on the same shape in F32, timed in the same rounds, so
+            # "how much faster than F32" is a side-by-side ratio like the peers' ones
+            ref = f32_reference(shape, threads, n_sets)
+            if ref is not None:
+                parties.append(ref)
             peer_skips = {}
             for p in peers:
                 if p == "torch":
@@ -564,6 +591,10 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
             stats = {name: summarize(s) for name, s in samples.items()}
             peer_stats = {p: stats[p] | _figures(shape, stats[p], roof, threads)
                           for p in peers if p in stats}
+            if ref is not None:
+                peer_stats[F32_REFERENCE] = (stats[F32_REFERENCE]
+                                             | _figures(ref.shape, stats[F32_REFERENCE], roof,
+                                                        threads))
             for n in names:
                 st = stats[n]
                 results.append({
@@ -590,7 +621,9 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         "machine": _machine_summary(res),
         "roofline": None if roof is None else {
             k: roof.get(k) for k in ("read_bw_gbs_1t", "read_bw_gbs_all", "l2_read_bw_gbs",
-                                     "fma_gflops_1t", "fma_gflops_all", "measured_at", "load")},
+                                     "fma_gflops_1t", "fma_gflops_all",
+                                     *(k for k in roof if k.startswith("cvt_")),
+                                     "measured_at", "load")},
         "versions": {"torch": torch.__version__, "executorch": executorch_version(),
                      "numpy": np.__version__},
         "peers": peers,
@@ -625,7 +658,12 @@ def check_targets(doc: dict) -> list[dict]:
         return None if r is None else r["ratio"].get(peer)
 
     def speedup(shape_a: str, kernel_a: str, shape_b: str, kernel_b: str) -> float | None:
-        a, b = _find(doc, shape_a, kernel_a), _find(doc, shape_b, kernel_b)
+        """How much faster kernel_b on shape_b is than flash F32 (kernel_a on shape_a):
+        the ratio measured in the same rounds when the run has it, else across runs."""
+        b = _find(doc, shape_b, kernel_b)
+        if b is not None and F32_REFERENCE in b["ratio"]:
+            return b["ratio"][F32_REFERENCE]
+        a = _find(doc, shape_a, kernel_a)
         return None if a is None or b is None else a["median_us"] / b["median_us"]
 
     d8 = "decode-h32kv8d64-kv8192"

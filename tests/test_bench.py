@@ -110,9 +110,12 @@ def test_json_contract():
             assert key in r, key
         assert r["median_us"] > 0 and r["iqr_us"] >= 0 and r["gb_s"] > 0
         assert isinstance(r["roofline_pct"], float) and r["roofline_pct"] > 0
-        assert set(r["ratio"]) == {"torch"}
-        torch_us = r["peers"]["torch"]["median_us"]
-        assert r["ratio"]["torch"] == pytest.approx(torch_us / r["median_us"], rel=1e-2)
+        # int8 (and F16, BF16): flash on the F32 twin shape timed in the same rounds
+        assert set(r["ratio"]) == ({"torch"} if r["dtype"] == "f32" else {"torch", "flash@f32"})
+        for peer in r["ratio"]:
+            peer_us = r["peers"][peer]["median_us"]
+            assert r["ratio"][peer] == pytest.approx(peer_us / r["median_us"], rel=1e-2)
+    assert bench.ratio_columns(doc) == ["torch", "flash@f32"]
 
 
 def test_cli_json_to_stdout_and_cold_mode():
@@ -198,3 +201,22 @@ def test_quant_int8_beats_per_block_allocation():
 def test_quant_int8_beats_executorch_quantized_sdpa():
     # measured here: ~11x against custom_quantized_sdpa at kv 2048
     assert _ratio("decode-h32kv8d64-kv2048-i8", "quant_int8", "executorch", want=3.0) >= 3.0
+
+
+def test_cross_dtype_targets_use_the_ratio_measured_in_the_same_rounds():
+    d8 = "decode-h32kv8d64-kv8192"
+
+    def res(shape, kernel, us, ratio):
+        return {"shape": shape, "kernel": kernel, "median_us": us, "ratio": ratio,
+                "kv_gb_s": 10.0}
+
+    doc = {"threads": 2, "roofline": FAKE_ROOF, "results": [
+        res(f"{d8}-f32", "flash", 4000.0, {"torch": 3.0}),  # a disturbed F32 run
+        res(f"{d8}-f16", "flash", 2000.0, {"torch": 20.0, "flash@f32": 1.2}),
+        res(f"{d8}-i8", "quant_int8", 2000.0, {"torch": 2.0})]}  # no same-run reference
+    got = {t["target"]: t for t in bench.check_targets(doc)}
+    f16 = got["flash f16 decode kv8192 vs flash f32"]
+    assert f16["value"] == 1.2 and f16["met"] is False  # not 4000 / 2000 = 2.0
+    i8 = got["quant_int8 decode kv8192 vs flash f32"]
+    assert i8["value"] == 2.0  # falls back to the medians of the two runs
+    assert got["quant_int8 decode kv8192 vs flash f32 (16, 16, 128)"]["met"] is None

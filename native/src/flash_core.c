@@ -206,17 +206,11 @@ SDPA_INLINE void fc_scal(float *y, float alpha, int64_t n) {
   for (; d < n; d++) y[d] *= alpha;
 }
 
-/* Lane r * (8 / NR) + k of the reduced acc[] is row r's score of key j + k. */
-SDPA_INLINE void fc_store_scores(const int NR, const v8f *acc, float *S, int64_t sst, int64_t j) {
 #ifdef FC_X86
-  /* two hadd levels, then 128-bit halves (vperm2f128 is slow on Zen) */
-  __m256 t0 = _mm256_hadd_ps((__m256)acc[0], (__m256)acc[1]);
-  __m256 t1 = _mm256_hadd_ps((__m256)acc[2], (__m256)acc[3]);
-  __m256 t2 = _mm256_hadd_ps((__m256)acc[4], (__m256)acc[5]);
-  __m256 t3 = _mm256_hadd_ps((__m256)acc[6], (__m256)acc[7]);
-  __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(u0), _mm256_extractf128_ps(u0, 1));
-  __m128 hi = _mm_add_ps(_mm256_castps256_ps128(u1), _mm256_extractf128_ps(u1, 1));
+/* The 8 reduced scores (lo: lanes 0-3, hi: 4-7) to their rows: lane r * (8 / NR) + k
+ * is row r's score of key j + k. */
+SDPA_INLINE void fc_store_lanes(const int NR, __m128 lo, __m128 hi, float *S, int64_t sst,
+                                int64_t j) {
   if (NR == 1) {
     _mm_storeu_ps(S + j, lo);
     _mm_storeu_ps(S + j + 4, hi);
@@ -229,6 +223,21 @@ SDPA_INLINE void fc_store_scores(const int NR, const v8f *acc, float *S, int64_t
     _mm_storel_pi((__m64 *)(S + 2 * sst + j), hi);
     _mm_storeh_pi((__m64 *)(S + 3 * sst + j), hi);
   }
+}
+#endif
+
+/* Lane r * (8 / NR) + k of the reduced acc[] is row r's score of key j + k. */
+SDPA_INLINE void fc_store_scores(const int NR, const v8f *acc, float *S, int64_t sst, int64_t j) {
+#ifdef FC_X86
+  /* two hadd levels, then 128-bit halves (vperm2f128 is slow on Zen) */
+  __m256 t0 = _mm256_hadd_ps((__m256)acc[0], (__m256)acc[1]);
+  __m256 t1 = _mm256_hadd_ps((__m256)acc[2], (__m256)acc[3]);
+  __m256 t2 = _mm256_hadd_ps((__m256)acc[4], (__m256)acc[5]);
+  __m256 t3 = _mm256_hadd_ps((__m256)acc[6], (__m256)acc[7]);
+  __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(u0), _mm256_extractf128_ps(u0, 1));
+  __m128 hi = _mm_add_ps(_mm256_castps256_ps128(u1), _mm256_extractf128_ps(u1, 1));
+  fc_store_lanes(NR, lo, hi, S, sst, j);
 #else
   v8f s = fc_hsum8(acc);
   const int KS = 8 / NR;
@@ -340,6 +349,21 @@ SDPA_INLINE void fc_scores(const int NR, const int DT, const float *SDPA_RESTRIC
 }
 
 #ifdef FC_X86
+/* fc_store_scores for int32 sums: reduced in integers (exact), then one
+ * conversion per 4 scores instead of one per 8-lane accumulator (a conversion
+ * costs ~3 cycles on Zen-class cores, an integer add one). */
+SDPA_INLINE void fc_store_scores_i32(const int NR, const __m256i *acc, float *S, int64_t sst,
+                                     int64_t j) {
+  __m256i t0 = _mm256_hadd_epi32(acc[0], acc[1]), t1 = _mm256_hadd_epi32(acc[2], acc[3]);
+  __m256i t2 = _mm256_hadd_epi32(acc[4], acc[5]), t3 = _mm256_hadd_epi32(acc[6], acc[7]);
+  __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+  __m128 lo = _mm_cvtepi32_ps(
+      _mm_add_epi32(_mm256_castsi256_si128(u0), _mm256_extracti128_si256(u0, 1)));
+  __m128 hi = _mm_cvtepi32_ps(
+      _mm_add_epi32(_mm256_castsi256_si128(u1), _mm256_extracti128_si256(u1, 1)));
+  fc_store_lanes(NR, lo, hi, S, sst, j);
+}
+
 /* The scores of int8 Q against int8 K before the K zero point: (q - zq) . k in
  * int32 through 16-bit multiply-adds (|q - zq| <= 255, |k| <= 128: products and
  * pair sums fit), converted to float (exact: below 2^24 for head_dim <= 256).
@@ -375,10 +399,7 @@ SDPA_INLINE void fc_scores_iq(const int NR, const int16_t *SDPA_RESTRICT Qi, int
           acc[r * KS + k] = _mm256_add_epi32(acc[r * KS + k], _mm256_madd_epi16(qv, kv[k]));
       }
     }
-    v8f accf[8];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++) accf[i] = (v8f)_mm256_cvtepi32_ps(acc[i]);
-    fc_store_scores(NR, accf, S, sst, j);
+    fc_store_scores_i32(NR, acc, S, sst, j);
   }
 }
 #endif

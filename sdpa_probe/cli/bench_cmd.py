@@ -24,7 +24,7 @@ def _us(x: float) -> str:
 
 
 def _table(doc: dict) -> Table:
-    peers = doc["peers"]
+    peers = bench.ratio_columns(doc)
     mode = "cold (rotating inputs > last-level cache)" if doc["mode"] == "cold" else \
         "warm (inputs reused every call)"
     t = Table(title=f"probe bench: {mode}, {doc['threads']} threads, median of "
