@@ -116,6 +116,10 @@ def test_json_contract():
             peer_us = r["peers"][peer]["median_us"]
             assert r["ratio"][peer] == pytest.approx(peer_us / r["median_us"], rel=1e-2)
     assert bench.ratio_columns(doc) == ["torch", "flash@f32"]
+    for r in doc["results"]:  # decode: the DRAM read bandwidth of the same rounds
+        assert r["read_gb_s_same_run"] > 0
+        assert r["dram_pct_same_run"] == pytest.approx(
+            100 * r["gb_s"] / r["read_gb_s_same_run"], rel=0.02)
 
 
 def test_cli_json_to_stdout_and_cold_mode():
