@@ -12,7 +12,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from sdpa_probe import machine
+from sdpa_probe import machine, native
 from sdpa_probe.cli import app
 
 runner = CliRunner()
@@ -171,3 +171,16 @@ def test_busy_measurement_warns(first, roof_dir):
     assert res.exit_code == 0, res.output
     assert json.loads(res.stdout)["roofline"]["load"]["busy"] is True
     assert "busy" in res.stderr
+
+
+def test_micro_benchmarks_refuse_bad_arguments_with_a_status():
+    ffi, lib, _ = native.native_lib()
+    r = ffi.new("sdpa_probe_mb_result *")
+    einval = lib.SDPA_PROBE_MB_EINVAL
+    assert lib.sdpa_probe_mb_fma(1, 1 << 12, 0, r) == einval  # no repetition
+    assert lib.sdpa_probe_mb_fma(1, 1, 1, r) == einval  # fewer steps than tasks
+    assert lib.sdpa_probe_mb_convert(native.F32, 1, 1 << 12, 1, r) == einval  # nothing to convert
+    assert lib.sdpa_probe_mb_convert(native.I8, 1, 1 << 12, 1, ffi.NULL) == einval
+    for dt in (native.F16, native.BF16, native.I8):
+        assert lib.sdpa_probe_mb_convert(dt, 1, 1 << 12, 2, r) == lib.SDPA_PROBE_MB_OK
+        assert r.best > 0 and r.reps == 2 and r.work == (1 << 12) // 8 * 8 * 64

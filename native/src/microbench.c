@@ -275,11 +275,30 @@ static void fma_task(void *vctx, int64_t task, int thread) {
   c->sink[thread].v += s;
 }
 
+/* Arguments of the per-thread compute benchmarks (FMA, conversion). */
+static int per_thread_args_ok(int64_t iters_per_thread, int64_t reps,
+                              const sdpa_probe_mb_result *out) {
+  return out != NULL && reps >= 1 && reps <= SDPA_PROBE_MB_MAX_REPS &&
+         iters_per_thread >= MB_FMA_TASKS_PER_THREAD && iters_per_thread <= ((int64_t)1 << 40);
+}
+
+/* Runs MB_FMA_TASKS_PER_THREAD tasks of `iters` steps per thread, `reps` times;
+ * work per step `per_step` (flops, elements); the sinks keep the results live. */
+static void run_per_thread(int nt, sdpa_probe_task_fn fn, void *ctx, const mb_sink *sink,
+                           int64_t iters, double per_step, int64_t reps,
+                           sdpa_probe_mb_result *out) {
+  int64_t n_tasks = (int64_t)nt * MB_FMA_TASKS_PER_THREAD;
+  double times[SDPA_PROBE_MB_MAX_REPS];
+  double total = time_reps(nt, n_tasks, fn, ctx, reps, times);
+  double s = 0;
+  for (int i = 0; i < SDPA_PROBE_MAX_THREADS; i++) s += sink[i].v;
+  g_mb_sink = s;
+  summarise(times, reps, (double)n_tasks * (double)iters * per_step, total, nt, out);
+}
+
 int sdpa_probe_mb_fma(int32_t n_threads, int64_t iters_per_thread, int64_t reps,
                       sdpa_probe_mb_result *out) {
-  if (out == NULL || reps < 1 || reps > SDPA_PROBE_MB_MAX_REPS) return SDPA_PROBE_MB_EINVAL;
-  if (iters_per_thread < MB_FMA_TASKS_PER_THREAD || iters_per_thread > ((int64_t)1 << 40))
-    return SDPA_PROBE_MB_EINVAL;
+  if (!per_thread_args_ok(iters_per_thread, reps, out)) return SDPA_PROBE_MB_EINVAL;
   memset(out, 0, sizeof *out);
   int nt = resolve_threads(n_threads);
   fma_ctx *c = sdpa_probe_malloc((int64_t)sizeof *c);
@@ -291,15 +310,8 @@ int sdpa_probe_mb_fma(int32_t n_threads, int64_t iters_per_thread, int64_t reps,
   c->step = 1.0f / 64.0f;
   c->mul = 0.999f;
   c->add = 0.001f;
-  int64_t n_tasks = (int64_t)nt * MB_FMA_TASKS_PER_THREAD;
-  double times[SDPA_PROBE_MB_MAX_REPS];
-  double total = time_reps(nt, n_tasks, fma_task, c, reps, times);
-  double sink = 0;
-  for (int i = 0; i < SDPA_PROBE_MAX_THREADS; i++) sink += c->sink[i].v;
-  g_mb_sink = sink;
-  double flops = (double)n_tasks * (double)c->iters * MB_CHAINS * MB_LANES * 2.0;
+  run_per_thread(nt, fma_task, c, c->sink, c->iters, MB_CHAINS * MB_LANES * 2.0, reps, out);
   sdpa_probe_free(c);
-  summarise(times, reps, flops, total, nt, out);
   return SDPA_PROBE_MB_OK;
 }
 
@@ -352,10 +364,8 @@ static void cvt_task(void *vctx, int64_t task, int thread) {
 
 int sdpa_probe_mb_convert(int32_t dtype, int32_t n_threads, int64_t iters_per_thread,
                           int64_t reps, sdpa_probe_mb_result *out) {
-  if (out == NULL || reps < 1 || reps > SDPA_PROBE_MB_MAX_REPS) return SDPA_PROBE_MB_EINVAL;
+  if (!per_thread_args_ok(iters_per_thread, reps, out)) return SDPA_PROBE_MB_EINVAL;
   if (dtype != SDPA_F16 && dtype != SDPA_BF16 && dtype != SDPA_I8) return SDPA_PROBE_MB_EINVAL;
-  if (iters_per_thread < MB_FMA_TASKS_PER_THREAD || iters_per_thread > ((int64_t)1 << 40))
-    return SDPA_PROBE_MB_EINVAL;
   memset(out, 0, sizeof *out);
   int nt = resolve_threads(n_threads);
   cvt_ctx *c = sdpa_probe_malloc((int64_t)sizeof *c);
@@ -363,15 +373,8 @@ int sdpa_probe_mb_convert(int32_t dtype, int32_t n_threads, int64_t iters_per_th
   memset(c, 0, sizeof *c);
   c->dtype = dtype;
   c->iters = iters_per_thread / MB_FMA_TASKS_PER_THREAD;
-  int64_t n_tasks = (int64_t)nt * MB_FMA_TASKS_PER_THREAD;
-  double times[SDPA_PROBE_MB_MAX_REPS];
-  double total = time_reps(nt, n_tasks, cvt_task, c, reps, times);
-  double sink = 0;
-  for (int i = 0; i < SDPA_PROBE_MAX_THREADS; i++) sink += c->sink[i].v;
-  g_mb_sink = sink;
-  double elems = (double)n_tasks * (double)c->iters * 64.0;
+  run_per_thread(nt, cvt_task, c, c->sink, c->iters, 64.0, reps, out);
   sdpa_probe_free(c);
-  summarise(times, reps, elems, total, nt, out);
   return SDPA_PROBE_MB_OK;
 }
 
