@@ -377,6 +377,13 @@ SDPA_INLINE void fc_scores(const int NR, const int DT, const float *SDPA_RESTRIC
     for (int i = 0; i < 8; i++) acc[i] = v8f_set1(0.0f);
     for (int64_t d = 0; d < D; d += 8) {
       fc_prefetch_some(&pp, pp.kper, pp.vper);
+      if (NR == 1) { /* each K vector used once: load, convert and FMA it in one go, so
+                        that 8 converted vectors are never live at once (16 registers) */
+        const v8f qv = v8f_load(Q + d);
+#pragma GCC unroll 8
+        for (int k = 0; k < KS; k++) acc[k] = fc_fma(qv, sdpa_ld8(kr[k] + d * isz, DT, zk[k]), acc[k]);
+        continue;
+      }
       v8f kv[8];
 #pragma GCC unroll 8
       for (int k = 0; k < KS; k++) kv[k] = sdpa_ld8(kr[k] + d * isz, DT, zk[k]);
