@@ -279,9 +279,19 @@ SDPA_INLINE void fc_prefetch_step(fc_prefetch *pf, const int KS) {
   if (pf->linear) {
     const int64_t kb = KS * pf->kbytes, vb = KS * pf->vbytes;
     if (pf->kc + kb > pf->kend || pf->vc + vb > pf->vend) return; /* tail: left to the hardware */
-    for (int k = 0; k < KS; k++) { /* K and V interleaved, row by row: measurably better */
-      fc_prefetch_n(pf->kc + k * pf->kbytes, pf->klines);
-      fc_prefetch_n(pf->vc + k * pf->vbytes, pf->vlines);
+    /* K and V interleaved (measurably better than one after the other), line by line
+     * over the pass's contiguous bytes: one short loop, not one per row */
+    const char *k = pf->kc, *v = pf->vc;
+    if (kb == vb) {
+      for (int64_t o = 0; o < kb; o += 64) {
+        __builtin_prefetch(k + o, 0, FC_PF_HINT);
+        __builtin_prefetch(v + o, 0, FC_PF_HINT);
+      }
+    } else {
+      for (int64_t o = 0; o < kb || o < vb; o += 64) {
+        if (o < kb) __builtin_prefetch(k + o, 0, FC_PF_HINT);
+        if (o < vb) __builtin_prefetch(v + o, 0, FC_PF_HINT);
+      }
     }
     pf->kc += kb;
     pf->vc += vb;
