@@ -35,13 +35,16 @@ def _table(doc: dict) -> Table:
     t.add_column("IQR µs", justify="right")
     t.add_column("GB/s", justify="right")
     t.add_column("DRAM", justify="right")
+    t.add_column("DRAM run", justify="right")  # against the read benchmark of the same rounds
     t.add_column("roofline", justify="right")
+    t.add_column("bound")
     for p in peers:
         t.add_column(f"{p} µs", justify="right")
         t.add_column(f"vs {p}", justify="right")
     for r in doc["results"]:
         row = [r["shape"], r["kernel"], _us(r["median_us"]), _us(r["iqr_us"]),
-               f"{r['gb_s']:.1f}", _pct(r["dram_pct"]), _pct(r["roofline_pct"])]
+               f"{r['gb_s']:.1f}", _pct(r["dram_pct"]), _pct(r.get("dram_pct_same_run")),
+               _pct(r["roofline_pct"]), r.get("bound") or "-"]
         for p in peers:
             if p in r["ratio"]:
                 ratio = r["ratio"][p]
@@ -111,6 +114,7 @@ def bench_command(
             bw = roof["read_bw_gbs_all" if doc["threads"] > 1 else "read_bw_gbs_1t"]
             fl = roof["fma_gflops_all" if doc["threads"] > 1 else "fma_gflops_1t"]
             out.print(f"[dim]DRAM = GB/s over the measured DRAM read bandwidth ({bw} GB/s); "
+                      "DRAM run = over the same read benchmark timed in the same rounds; "
                       f"roofline = time bound max(bytes / bandwidth, flops / {fl} GFLOP/s, "
                       "F16 / BF16 / int8 K and V elements / the measured conversion rate) "
                       "over the median (probe info). Bytes: q, k, v read once, out written "
