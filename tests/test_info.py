@@ -184,3 +184,30 @@ def test_micro_benchmarks_refuse_bad_arguments_with_a_status():
     for dt in (native.F16, native.BF16, native.I8):
         assert lib.sdpa_probe_mb_convert(dt, 1, 1 << 12, 2, r) == lib.SDPA_PROBE_MB_OK
         assert r.best > 0 and r.reps == 2 and r.work == (1 << 12) // 8 * 8 * 64
+
+
+def test_a_ceiling_well_below_this_machines_best_counts_as_busy():
+    first = {"read_bw_gbs_1t": 13.0, "read_bw_gbs_all": 24.0, "fma_gflops_1t": 40.0,
+             "fma_gflops_all": 80.0, "load": {"busy": False}}
+    best = {k: first[k] for k in machine.BEST_KEYS}
+    r = machine.compare_with_best(dict(first), best)
+    assert r["load"]["busy"] is False and r["load"]["below_best"] == {}
+    # a contended host: DRAM at 75 % of the best, FMA unchanged; no CPU counter saw it
+    r = machine.compare_with_best(first | {"read_bw_gbs_all": 18.0, "load": {}}, best)
+    assert r["load"]["busy"] is True
+    assert set(r["load"]["below_best"]) == {"read_bw_gbs_all"}
+    assert r["load"]["below_best"]["read_bw_gbs_all"]["fraction"] == 0.75
+    assert machine.compare_with_best(dict(first), {})["load"]["busy"] is False  # nothing yet
+
+
+def test_info_warns_when_the_host_is_below_its_best(roof_dir, monkeypatch):
+    # another build's roofline, measured on a quiet host, is in the cache
+    quiet = json.loads(next(roof_dir.glob("roofline_*.json")).read_text())
+    (roof_dir / "roofline_otherbuild.json").write_text(json.dumps(
+        quiet | {"read_bw_gbs_all": 4 * quiet["read_bw_gbs_all"]}))
+    assert machine.best_ceilings()["read_bw_gbs_all"] == 4 * quiet["read_bw_gbs_all"]
+    res = runner.invoke(app, ["info", "--refresh"])
+    assert res.exit_code == 0, res.output
+    assert "read_bw_gbs_all" in res.stderr and "best" in res.stderr
+    r = machine.load_cached()
+    assert r["load"]["busy"] is True and "read_bw_gbs_all" in r["load"]["below_best"]

@@ -110,7 +110,12 @@ def info_command(
         status.update("probe info: looking up the roofline")
         roof = machine.roofline(refresh=refresh, progress=progress)
     load = roof.get("load") or {}
-    if load.get("busy"):
+    if load.get("below_best"):
+        worst = min(load["below_best"].items(), key=lambda kv: kv[1]["fraction"])
+        out.warn(f"{worst[0]} = {worst[1]['value']} is {worst[1]['fraction']:.0%} of the best "
+                 f"this CPU measured here ({worst[1]['best']}): the host is probably busy; "
+                 "probe info --refresh re-measures")
+    elif load.get("busy"):
         other, steal = load.get("other_cpu_fraction") or 0, load.get("steal_fraction") or 0
         out.warn(f"the machine was busy while measuring ({other:.0%} of the CPUs used by other "
                  f"processes, {steal:.0%} stolen by the hypervisor): the figures may be low; "
