@@ -97,22 +97,21 @@ def silu_gate(gate: np.ndarray, up: np.ndarray, out: np.ndarray | None = None,
     return y
 
 
-def cast_f16_f32(src: np.ndarray, out: np.ndarray | None = None, n_threads: int = 0):
+def _cast(name: str, src: np.ndarray, src_dtype, dst_dtype, out, n_threads: int):
     ffi, lib = _lib()
-    _check(src, np.float16, "src")
-    y = _out(out, src.shape, np.float32)
-    _status(lib.sdpa_probe_cast_f16_f32(_ptr(ffi, src), _ptr(ffi, y), src.size, n_threads),
-            "cast_f16_f32")
+    _check(src, src_dtype, "src")
+    y = _out(out, src.shape, dst_dtype)
+    _status(getattr(lib, f"sdpa_probe_{name}")(_ptr(ffi, src), _ptr(ffi, y), src.size,
+                                               n_threads), name)
     return y
+
+
+def cast_f16_f32(src: np.ndarray, out: np.ndarray | None = None, n_threads: int = 0):
+    return _cast("cast_f16_f32", src, np.float16, np.float32, out, n_threads)
 
 
 def cast_f32_f16(src: np.ndarray, out: np.ndarray | None = None, n_threads: int = 0):
-    ffi, lib = _lib()
-    _check(src, np.float32, "src")
-    y = _out(out, src.shape, np.float16)
-    _status(lib.sdpa_probe_cast_f32_f16(_ptr(ffi, src), _ptr(ffi, y), src.size, n_threads),
-            "cast_f32_f16")
-    return y
+    return _cast("cast_f32_f16", src, np.float32, np.float16, out, n_threads)
 
 
 # ---- GEMV ----------------------------------------------------------------------

@@ -9,14 +9,14 @@ import typer
 
 from ..errors import ProbeError
 
-app = typer.Typer(
-    name="probe",
-    help="Profile and check CPU scaled-dot-product attention (SDPA) kernels.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
-)
+
+def typer_app(name: str, help: str) -> typer.Typer:
+    """A Typer app with the settings every `probe` command group shares."""
+    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False,
+                       pretty_exceptions_enable=False, rich_markup_mode="rich")
+
+
+app = typer_app("probe", "Profile and check CPU scaled-dot-product attention (SDPA) kernels.")
 
 
 def guarded(fn):

@@ -9,17 +9,11 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .. import golden as g
-from . import app, command
+from . import app, command, typer_app
 from .output import Output
 
-golden_app = typer.Typer(
-    name="golden",
-    help="Golden data: stored float64 references for tests and `probe check --golden`.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode="rich",
-)
+golden_app = typer_app(
+    "golden", "Golden data: stored float64 references for tests and `probe check --golden`.")
 app.add_typer(golden_app, name="golden")
 
 DIR_HELP = "The golden directory (default: $SDPA_PROBE_GOLDEN or the checkout's golden/)."
