@@ -260,13 +260,7 @@ static int gemv_run(const void *w, const float *x, float *y, int64_t out, int64_
   }
   gemv_ctx c = {w, x, y, out, in};
   int64_t n_tasks = (out + GEMV_ROWS_PER_TASK - 1) / GEMV_ROWS_PER_TASK;
-  int nt = blk_threads(n_threads);
-  if (nt == 1 || out * in < BLK_PAR_MIN) nt = 1;
-  if (nt == 1) {
-    for (int64_t t = 0; t < n_tasks; t++) fn(&c, t, 0);
-    return SDPA_OK;
-  }
-  sdpa_probe_parallel_for(nt, n_tasks, fn, &c);
+  blk_run(blk_threads(n_threads), out * in, BLK_PAR_MIN, n_tasks, fn, &c);
   return SDPA_OK;
 }
 

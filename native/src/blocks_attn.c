@@ -367,12 +367,8 @@ int sdpa_probe_pack_k(const float *k, float *dst, int64_t heads, int64_t len, in
   if (!k || !dst) return SDPA_INVALID;
   pack_ctx c = {k, dst, NULL, NULL, heads, len, head_dim, (len + NR - 1) / NR, 0, 0.0f};
   c.chunks = (c.panels + PANELS_PER_TASK - 1) / PANELS_PER_TASK;
-  int nt = blk_threads(n_threads);
-  if (nt == 1 || heads * len * head_dim < 4 * BLK_PAR_MIN) {
-    for (int64_t t = 0; t < heads * c.chunks; t++) pack_task(&c, t, 0);
-  } else {
-    sdpa_probe_parallel_for(nt, heads * c.chunks, pack_task, &c);
-  }
+  blk_run(blk_threads(n_threads), heads * len * head_dim, 4 * BLK_PAR_MIN, heads * c.chunks,
+          pack_task, &c);
   return SDPA_OK;
 }
 
@@ -425,12 +421,8 @@ int sdpa_probe_qk_packed(const float *q, const float *kp, float *scores, int64_t
   if (scale <= 0.0f) scale = 1.0f / sqrtf((float)head_dim);
   pack_ctx c = {NULL, (float *)kp, q, scores, heads, len, head_dim, (len + NR - 1) / NR, 0, scale};
   c.chunks = (c.panels + PANELS_PER_TASK - 1) / PANELS_PER_TASK;
-  int nt = blk_threads(n_threads);
-  if (nt == 1 || heads * len * head_dim < 4 * BLK_PAR_MIN) {
-    for (int64_t t = 0; t < heads * c.chunks; t++) qk_task(&c, t, 0);
-  } else {
-    sdpa_probe_parallel_for(nt, heads * c.chunks, qk_task, &c);
-  }
+  blk_run(blk_threads(n_threads), heads * len * head_dim, 4 * BLK_PAR_MIN, heads * c.chunks,
+          qk_task, &c);
   return SDPA_OK;
 }
 
@@ -483,12 +475,7 @@ int sdpa_probe_softmax(float *x, int64_t rows, int64_t n, int32_t n_threads) {
   if (rows == 0 || n == 0) return SDPA_OK;
   if (!x) return SDPA_INVALID;
   sm_ctx c = {x, rows, n};
-  int nt = blk_threads(n_threads);
-  if (nt == 1 || rows * n < BLK_PAR_MIN) {
-    for (int64_t r = 0; r < rows; r++) softmax_row(x + r * n, n);
-  } else {
-    sdpa_probe_parallel_for(nt, rows, sm_task, &c);
-  }
+  blk_run(blk_threads(n_threads), rows * n, BLK_PAR_MIN, rows, sm_task, &c);
   return SDPA_OK;
 }
 
@@ -547,11 +534,6 @@ int sdpa_probe_pv(const float *p, const float *v, float *out, int64_t heads, int
     return SDPA_OK;
   }
   pv_ctx c = {p, v, out, len, head_dim};
-  int nt = blk_threads(n_threads);
-  if (nt == 1 || heads * len * head_dim < 4 * BLK_PAR_MIN) {
-    for (int64_t h = 0; h < heads; h++) pv_task(&c, h, 0);
-  } else {
-    sdpa_probe_parallel_for(nt, heads, pv_task, &c);
-  }
+  blk_run(blk_threads(n_threads), heads * len * head_dim, 4 * BLK_PAR_MIN, heads, pv_task, &c);
   return SDPA_OK;
 }

@@ -46,6 +46,17 @@ SDPA_INLINE int blk_threads(int32_t n) {
 /* Below this many elements of work an op runs on the calling thread. */
 #define BLK_PAR_MIN 16384
 
+/* Tasks [0, n_tasks) of fn: on the pool, or one after another on the calling
+ * thread when one thread is asked for or `work` (elements) is under `min_work`. */
+SDPA_INLINE void blk_run(int nt, int64_t work, int64_t min_work, int64_t n_tasks,
+                         sdpa_probe_task_fn fn, void *ctx) {
+  if (nt == 1 || work < min_work) {
+    for (int64_t t = 0; t < n_tasks; t++) fn(ctx, t, 0);
+  } else {
+    sdpa_probe_parallel_for(nt, n_tasks, fn, ctx);
+  }
+}
+
 /* Size checks: n >= 0 and a * b fits. */
 SDPA_INLINE int blk_mul_ok(int64_t a, int64_t b) {
   return a >= 0 && b >= 0 && (a == 0 || b <= INT64_MAX / a);
