@@ -169,7 +169,18 @@ def semantics() -> dict:
 def versions() -> dict:
     import torch
 
-    return {"torch": torch.__version__, "numpy": np.__version__}
+    # torch's CPU kernels, and so torch_err, differ by the ISA they dispatch to
+    # (AVX2 / AVX512): a torch_err recorded under another one is not comparable
+    return {"torch": torch.__version__, "numpy": np.__version__,
+            "torch_cpu": torch.backends.cpu.get_cpu_capability()}
+
+
+def torch_err_comparable(man_a: dict | None, man_b: dict | None) -> bool:
+    """Whether torch_err values recorded under these two manifests' versions can be
+    compared: the same torch CPU capability (ISA), both recorded."""
+    a = ((man_a or {}).get("versions") or {}).get("torch_cpu")
+    b = ((man_b or {}).get("versions") or {}).get("torch_cpu")
+    return a is not None and a == b
 
 
 # ---- generating --------------------------------------------------------------------
@@ -510,14 +521,16 @@ def _at(idx) -> str:
 
 def compare(case: Case, old_ref: np.ndarray, old_terr: float | None, old_inputs: str,
             new_ref: np.ndarray, new_terr: float | None, new_inputs: str,
-            drift: float = DRIFT_FRACTION) -> dict:
+            drift: float = DRIFT_FRACTION, torch_comparable: bool = True) -> dict:
     """How a case's golden data moved from old to new. status: same (no element moved),
     within (moved less than `drift` x tolerance), changed (more, or NaN/Inf pattern,
-    shape, inputs or a verdict-relevant torch_err changed)."""
+    shape, inputs or a verdict-relevant torch_err changed). torch_comparable=False (the
+    two torch_err were measured under different torch CPU capabilities): a torch_err move
+    is a note, not a change."""
     atol, rtol = tolerance(case)
     row = {"case": case.id, "status": "same", "max_abs_delta": 0.0, "tol_fraction": 0.0,
            "where": None, "nonfinite_rows": 0, "torch_err_old": old_terr,
-           "torch_err_new": new_terr, "reasons": []}
+           "torch_err_new": new_terr, "reasons": [], "notes": []}
     reasons = row["reasons"]
     if old_inputs != new_inputs:
         reasons.append("inputs differ (the seed now generates other inputs)")
@@ -561,8 +574,12 @@ def compare(case: Case, old_ref: np.ndarray, old_terr: float | None, old_inputs:
                            f"{_at(idx)} (old {old_ref[idx]:.9g}, new {new_ref[idx]:.9g})")
     a0, a1 = _eff_atol(case, old_terr), _eff_atol(case, new_terr)
     if abs(a1 - a0) > TORCH_ERR_DRIFT * a0:
-        reasons.append(f"torch_err {_g(old_terr)} -> {_g(new_terr)} moves this case's atol "
-                       f"{a0:.3g} -> {a1:.3g}")
+        msg = (f"torch_err {_g(old_terr)} -> {_g(new_terr)} moves this case's atol "
+               f"{a0:.3g} -> {a1:.3g}")
+        if torch_comparable:
+            reasons.append(msg)
+        else:
+            row["notes"].append(msg + " (torch_err measured under another torch CPU capability)")
     if reasons:
         row["status"] = "changed"
     elif (delta > 0).any() or old_terr != new_terr:
@@ -672,7 +689,8 @@ def plan_regen(root: Path, cases: list[Case], *, prune: bool, suite_name: str | 
                    "reasons": [f"the stored file cannot be compared: {prob.message}"]}
         else:
             row = compare(e.case, old_ref, old_terr, ent["inputs_sha256"], e.ref,
-                          e.torch_err, e.inputs_sha256, drift)
+                          e.torch_err, e.inputs_sha256, drift,
+                          torch_err_comparable(old_man, {"versions": versions()}))
         rows.append(row)
         if row["status"] == "changed":
             blocking.append(f"{e.case.id}: " + "; ".join(row["reasons"]))
@@ -775,7 +793,7 @@ def diff_sets(a: Path, b: Path, drift: float = DRIFT_FRACTION) -> dict:
         (ra, ta), (rb, tb) = loaded
         case = Case(**ea[cid]["params"])
         rows.append(compare(case, ra, ta, ea[cid]["inputs_sha256"], rb, tb,
-                            eb[cid]["inputs_sha256"], drift))
+                            eb[cid]["inputs_sha256"], drift, torch_err_comparable(man_a, man_b)))
     header = {}
     for key in ("versions", "semantics", "generator"):
         va, vb = man_a.get(key, {}), man_b.get(key, {})
