@@ -35,6 +35,8 @@
 #include <stdlib.h>
 
 #include "flash_core.h"
+#include "flash_prefetch.h"
+#include "flash_x512.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -57,6 +59,8 @@ typedef struct {
   int iqk;                /* fast path, int8 Q and K: integer Q.K^T */
   int panel;              /* fast path, many rows per head (prefill): K block transposed
                              (and V converted) once per block, GEMM-style score tiles */
+  int x512;               /* decode tasks on the AVX-512 block path (flash_x512.c): every kv
+                             head of a key block at once, in memory order */
   char *scratch;
   int64_t scratch_stride; /* bytes per thread */
   float *partial;         /* split-k: [batch, kv head, query block, split][R_max][D + 2] */
@@ -81,6 +85,13 @@ static int64_t kvb_pad(int64_t kvb) { return PAD16(kvb); }
 static int64_t per_thread_floats(const flash_ctx *c) {
   int64_t R = c->R_max, D = c->D, kvb = c->kvb, kvp = kvb_pad(kvb), RH = c->hc * R;
   int64_t n = 2 * PAD16(RH * D) + 2 * PAD16(RH);
+  if (c->x512) {
+    n += flash_x512_scratch_floats(c->hc, R, kvb) + flash_x512_packed_q_floats(c->hc, R, D);
+    n += 16 * kvb; /* the block's mask, key-major */
+    if (c->a->k.dtype == SDPA_I8) n += 4 * kvb * c->hc; /* scales and zero points, [key][head] */
+    if (c->iqk) n += 2 * PAD16(RH);
+    return n;
+  }
   if (c->fast) {
     n += FC_TILE * kvp; /* scores of one tile */
     if (c->a->kv_len > 0 && (c->a->k.dtype == SDPA_I8 || c->a->v.dtype == SDPA_I8))
@@ -113,16 +124,22 @@ static void setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
   if (c->qb < 1) c->qb = 1;
   c->n_qblocks = (a->q_len + c->qb - 1) / c->qb;
   c->R_max = c->G * c->qb;
+  c->x512 = flash_x512_available() && !cfg->alloc_per_block && a->kv_len > 0 &&
+            a->head_dim % 16 == 0 && c->R_max <= 16 && 16 % c->R_max == 0 &&
+            a->k.dtype == a->v.dtype && fast_dtype(a->k.dtype) && a->k.stride[3] == 1 &&
+            a->v.stride[3] == 1;
   /* Few rows per kv head (decode, short chunks): one task takes every kv head
    * for its key range and streams K / V in memory order; otherwise one head. */
-  c->hc = c->R_max <= FLASH_HEADS_TOGETHER_ROWS ? a->n_kv_heads : 1;
+  c->hc = c->x512 || c->R_max <= FLASH_HEADS_TOGETHER_ROWS ? a->n_kv_heads : 1;
   c->n_hchunks = (a->n_kv_heads + c->hc - 1) / c->hc;
   /* short key blocks when a block spans every head: FLASH_DECODE_BLOCK_BYTES of
    * K and V, so that the block and the next one, prefetched while this one
    * runs, stay in L2; at most FLASH_DECODE_KV_BLOCK 4-byte keys (more keys per
    * block only lengthened the per-block work) and at least 4 */
   c->kvb = cfg->kv_block > 0 ? cfg->kv_block : FLASH_DEFAULT_KV_BLOCK;
-  if (cfg->kv_block <= 0 && c->hc > 1 && a->kv_len > 0) {
+  if (cfg->kv_block <= 0 && c->x512) {
+    c->kvb = FLASH_X512_KV_BLOCK;
+  } else if (cfg->kv_block <= 0 && c->hc > 1 && a->kv_len > 0) {
     const int64_t ik = a->k.dtype == SDPA_I8 ? 1 : a->k.dtype == SDPA_F32 ? 4 : 2;
     const int64_t iv = a->v.dtype == SDPA_I8 ? 1 : a->v.dtype == SDPA_F32 ? 4 : 2;
     const int64_t isz = ik > iv ? ik : iv;
@@ -142,7 +159,7 @@ static void setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
   c->fast = !cfg->alloc_per_block && c->D % 8 == 0 &&
             (a->kv_len == 0 || (a->k.stride[3] == 1 && a->v.stride[3] == 1 &&
                                 fast_dtype(a->k.dtype) && fast_dtype(a->v.dtype)));
-  c->panel = c->fast && a->kv_len > 0 && c->hc == 1;
+  c->panel = c->fast && a->kv_len > 0 && c->hc == 1 && !c->x512;
 #ifdef FC_X86
   c->iqk = c->fast && !c->panel && a->kv_len > 0 && a->q.dtype == SDPA_I8 &&
            a->k.dtype == SDPA_I8 && c->D % 16 == 0 && c->D <= 256;
@@ -248,120 +265,6 @@ SDPA_INLINE void fc_store_scores(const int NR, const v8f *acc, float *S, int64_t
   for (int r = 0; r < NR; r++)
     for (int k = 0; k < KS; k++) S[r * sst + j + k] = s[r * KS + k];
 #endif
-}
-
-/* Software prefetch of the next key block. K / V rows are head_dim elements
- * spaced a whole position (every kv head) apart: read one head at a time that
- * is a strided walk the hardware prefetchers do not follow, and it reopens each
- * DRAM page once per head. So while a block is processed, the next block's rows
- * are prefetched in memory order (position-major, all heads of the task): a
- * cursor that advances one row per key processed, K and V. */
-#define FC_PF_HINT 2 /* to L2 and below (prefetcht1): measured ~3% ahead of prefetcht0 */
-typedef struct {
-  int linear;                     /* rows of a position are dense: walk bytes */
-  const char *kc, *kend, *vc, *vend; /* linear: cursors over the next block */
-  const char *k, *v;              /* per row: K / V element (b, 0, hk0, 0) */
-  int64_t ks1, ks2, vs1, vs2;     /* position and head strides, bytes */
-  int64_t kbytes, vbytes;         /* bytes of one K / V row */
-  int64_t klines, vlines;         /* 64-byte lines of one K / V row (rounded up) */
-  int64_t nh;                     /* kv heads of the task */
-  int64_t j, h, j_end;            /* per row: next row (position j, head h); none at j_end */
-} fc_prefetch;
-
-/* n lines from p on (64-byte lines). */
-SDPA_INLINE void fc_prefetch_n(const char *p, int64_t n) {
-#pragma GCC unroll 4
-  for (int64_t i = 0; i < n; i++) __builtin_prefetch(p + 64 * i, 0, FC_PF_HINT);
-}
-
-/* The next block's share for KS keys of this pass: KS K rows and KS V rows. */
-SDPA_INLINE void fc_prefetch_step(fc_prefetch *pf, const int KS) {
-  if (pf->linear) {
-    const int64_t kb = KS * pf->kbytes, vb = KS * pf->vbytes;
-    if (pf->kc + kb > pf->kend || pf->vc + vb > pf->vend) return; /* tail: left to the hardware */
-    /* K and V interleaved (measurably better than one after the other), line by line
-     * over the pass's contiguous bytes: one short loop, not one per row */
-    const char *k = pf->kc, *v = pf->vc;
-    if (kb == vb) {
-      for (int64_t o = 0; o < kb; o += 64) {
-        __builtin_prefetch(k + o, 0, FC_PF_HINT);
-        __builtin_prefetch(v + o, 0, FC_PF_HINT);
-      }
-    } else {
-      for (int64_t o = 0; o < kb || o < vb; o += 64) {
-        if (o < kb) __builtin_prefetch(k + o, 0, FC_PF_HINT);
-        if (o < vb) __builtin_prefetch(v + o, 0, FC_PF_HINT);
-      }
-    }
-    pf->kc += kb;
-    pf->vc += vb;
-    return;
-  }
-  for (int k = 0; k < KS && pf->j < pf->j_end; k++) {
-    fc_prefetch_n(pf->k + pf->j * pf->ks1 + pf->h * pf->ks2, pf->klines);
-    fc_prefetch_n(pf->v + pf->j * pf->vs1 + pf->h * pf->vs2, pf->vlines);
-    if (++pf->h == pf->nh) {
-      pf->h = 0;
-      pf->j++;
-    }
-  }
-}
-
-/* A pass's share of the linear prefetch, issued a few lines per inner-loop step
- * rather than in one burst at the start of the pass. Measured (Zen 1, 2 threads,
- * interleaved A/B, 3 runs): 12-19 % faster for F16 decode with one query row per
- * kv head (long 8-key passes of slow conversions), 3-7 % slower for F32 and for 2-key
- * passes, whose bursts are better issued early; so only 8-key passes over a
- * converted K dtype spread (int8 was neutral within the noise). */
-typedef struct {
-  const char *k, *v;  /* next K / V line */
-  int64_t kn, vn;     /* lines left */
-  int64_t kper, vper; /* lines per step */
-} fc_pf_pass;
-
-/* Take the next block's share for KS keys (as fc_prefetch_step) to spread over
- * `steps` steps; with one step, or for the strided (non-linear) walk, it is issued
- * at once by fc_prefetch_step. */
-SDPA_INLINE fc_pf_pass fc_prefetch_take(fc_prefetch *pf, const int KS, int64_t steps) {
-  fc_pf_pass pp = {NULL, NULL, 0, 0, 0, 0};
-  if (pf == NULL) return pp;
-  if (!pf->linear || steps <= 1) {
-    fc_prefetch_step(pf, KS);
-    return pp;
-  }
-  const int64_t kb = KS * pf->kbytes, vb = KS * pf->vbytes;
-  if (pf->kc + kb > pf->kend || pf->vc + vb > pf->vend) return pp; /* tail: the hardware's */
-  pp.k = pf->kc;
-  pp.v = pf->vc;
-  pp.kn = (kb + 63) / 64;
-  pp.vn = (vb + 63) / 64;
-  pp.kper = (pp.kn + steps - 1) / steps;
-  pp.vper = (pp.vn + steps - 1) / steps;
-  pf->kc += kb;
-  pf->vc += vb;
-  return pp;
-}
-
-/* One step's lines of a pass (everything left when kper / vper cover it). */
-SDPA_INLINE void fc_prefetch_some(fc_pf_pass *pp, int64_t kper, int64_t vper) {
-  for (int64_t i = 0; i < kper && pp->kn > 0; i++, pp->kn--, pp->k += 64)
-    __builtin_prefetch(pp->k, 0, FC_PF_HINT);
-  for (int64_t i = 0; i < vper && pp->vn > 0; i++, pp->vn--, pp->v += 64)
-    __builtin_prefetch(pp->v, 0, FC_PF_HINT);
-}
-
-/* Aim the cursor at the rows of positions [j, j_end) of the task's heads. */
-static void fc_prefetch_aim(fc_prefetch *pf, int64_t j, int64_t j_end) {
-  if (j_end < j) j_end = j;
-  if (pf->linear) {
-    pf->kc = pf->k + j * pf->ks1;
-    pf->kend = pf->k + j_end * pf->ks1;
-    pf->vc = pf->v + j * pf->vs1;
-    pf->vend = pf->v + j_end * pf->vs1;
-  }
-  pf->j = j;
-  pf->h = 0;
-  pf->j_end = j_end;
 }
 
 /* Scores of NR rows (Q, row stride D, pre-scaled) against keys [0, n) of a
@@ -742,6 +645,7 @@ typedef struct {
   float *qf;         /* integer Q.K^T: scale * q_scale per row; Q then holds (q - zq) as int16 */
   float *qs;         /* integer Q.K^T: sum of (q - zq) per row (an integer, exact) */
   float *KT;         /* panel: the K block transposed, [D][kvp], dequantised */
+  float *Qp, *mk;    /* x512: Q packed (flash_x512_pack_q), the block's mask [key][16] */
   int32_t *kz, *vz;  /* fast path, I8: per-key zero points of the block */
 } thread_bufs;
 
@@ -1081,6 +985,52 @@ static thread_bufs head_bufs(const flash_ctx *c, const thread_bufs *all, int64_t
   return tb;
 }
 
+/* Keys [j0, j1) of every kv head of the task on the AVX-512 block path. */
+static void x512_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk0, int64_t nh,
+                       int64_t q0, int64_t qbr, int64_t j0, int64_t j1, int64_t next_n,
+                       int mask_is_zero) {
+  const sdpa_args *a = c->a;
+  const int64_t nk = j1 - j0;
+  int64_t lim[16];
+  int any = 0;
+  for (int64_t i = 0; i < qbr; i++) {
+    int64_t l = nk;
+    if (a->is_causal && a->start_pos + q0 + i + 1 - j0 < l) l = a->start_pos + q0 + i + 1 - j0;
+    lim[i] = l < 0 ? 0 : l;
+    any |= lim[i] > 0;
+  }
+  if (!any) return; /* no row sees a key of the block */
+  const int use_mask = a->mask != NULL && !mask_is_zero;
+  if (use_mask)
+    for (int64_t j = 0; j < nk; j++)
+      for (int64_t i = 0; i < qbr; i++)
+        tb->mk[j * 16 + i] = a->mask[(q0 + i) * a->mask_row_stride + j0 + j];
+  if (a->k.dtype == SDPA_I8)
+    for (int64_t j = 0; j < nk; j++)
+      for (int64_t h = 0; h < nh; h++) {
+        sdpa_qparams(&a->k, b, j0 + j, hk0 + h, &tb->ksc[j * nh + h], &tb->kz[j * nh + h]);
+        sdpa_qparams(&a->v, b, j0 + j, hk0 + h, &tb->vsc[j * nh + h], &tb->vz[j * nh + h]);
+      }
+  const int64_t ki = fc_isz(a->k.dtype), vi = fc_isz(a->v.dtype);
+  /* the rows of a position's heads back to back, K as V: the block path prefetches */
+  const int dense = ki == vi && a->k.stride[2] == c->D && a->v.stride[2] == c->D &&
+                    a->k.stride[1] == nh * c->D && a->v.stride[1] == nh * c->D;
+  const char *K = (const char *)a->k.data + sdpa_row_offset(&a->k, b, j0, hk0) * ki;
+  const flash_x512_block xb = {
+      .nh = nh, .R = c->G * qbr, .qbr = qbr, .D = c->D, .n = nk,
+      .kdt = a->k.dtype, .vdt = a->v.dtype, .iqk = c->iqk,
+      .Qp = tb->Qp, .qf = tb->qf, .qs = tb->qs,
+      .K = K,
+      .V = (const char *)a->v.data + sdpa_row_offset(&a->v, b, j0, hk0) * vi,
+      .ks1 = a->k.stride[1] * ki, .ks2 = a->k.stride[2] * ki,
+      .vs1 = a->v.stride[1] * vi, .vs2 = a->v.stride[2] * vi,
+      .ksc = tb->ksc, .vsc = tb->vsc, .kz = tb->kz, .vz = tb->vz,
+      .lim = lim, .mask = use_mask ? tb->mk : NULL,
+      .acc = tb->acc, .m = tb->m, .l = tb->l, .S = tb->S,
+      .pf_bytes = dense ? nh * c->D * ki : 0, .next_k = K + nk * a->k.stride[1] * ki, .next_n = next_n};
+  flash_x512_run(&xb);
+}
+
 /* Keys [lo, hi) in blocks; within a block, every kv head of the task in turn, so
  * a task over all heads reads K / V in memory order (position-major layouts). */
 static void visit_range(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk0, int64_t nh,
@@ -1092,6 +1042,11 @@ static void visit_range(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk0, i
     if (plan) {
       const int32_t *zp = plan->zero_prefix + qbi * (c->a->kv_len + 1);
       zero = (zp[j1] - zp[j0]) == (int32_t)(j1 - j0);
+    }
+    if (c->x512) {
+      const int64_t j2 = j1 + c->kvb < hi ? j1 + c->kvb : hi;
+      x512_block(c, tb, b, hk0, nh, q0, qbr, j0, j1, j2 - j1, zero);
+      continue;
     }
     if (tb->pf) /* while this block runs, bring in the next one */
       fc_prefetch_aim(tb->pf, j1, j1 + c->kvb < hi ? j1 + c->kvb : hi);
@@ -1169,7 +1124,25 @@ static void flash_task(void *vctx, int64_t t, int thread) {
     fc_prefetch_aim(&pf, 0, 0);
     tb.pf = &pf;
   }
-  if (c->fast) {
+  if (c->x512) {
+    float *next = tb.S + flash_x512_scratch_floats(c->hc, c->R_max, c->kvb);
+    tb.Qp = next;
+    next += flash_x512_packed_q_floats(c->hc, c->R_max, D);
+    tb.mk = next;
+    next += 16 * c->kvb;
+    if (a->k.dtype == SDPA_I8) {
+      tb.ksc = next;
+      tb.vsc = next + c->kvb * c->hc;
+      tb.kz = (int32_t *)(next + 2 * c->kvb * c->hc);
+      tb.vz = (int32_t *)(next + 3 * c->kvb * c->hc);
+      next += 4 * c->kvb * c->hc;
+    }
+    if (c->iqk) {
+      tb.qf = next;
+      tb.qs = next + PAD16(c->hc * c->R_max);
+    }
+    tb.pf = NULL; /* memory-order reads: the hardware prefetchers follow them */
+  } else if (c->fast) {
     float *next = tb.S + FC_TILE * kvp;
     if (a->kv_len > 0 && (a->k.dtype == SDPA_I8 || a->v.dtype == SDPA_I8)) {
       tb.ksc = next;
@@ -1227,6 +1200,10 @@ static void flash_task(void *vctx, int64_t t, int thread) {
       }
     }
   }
+
+  if (c->x512) /* every row of the task is loaded: pack Q for the block path */
+    flash_x512_pack_q(tb.Q, nh, c->R_max, D, c->iqk ? 2 * c->R_max * D : c->R_max * D, c->iqk,
+                      tb.Qp);
 
   int64_t lo = split * c->split_len;
   int64_t hi = lo + c->split_len < a->kv_len ? lo + c->split_len : a->kv_len;

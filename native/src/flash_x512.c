@@ -1,0 +1,435 @@
+/* flash_core's AVX-512 block path for decode tasks: one key block for every
+ * kv head of the task, K and V read in memory order.
+ *
+ * Why memory order: with a [B, S, H, D] cache a decode task reads every head
+ * of a position range. Walked one head at a time (a register tile per head),
+ * that is a strided walk the hardware prefetchers do not follow: on Zen 5 a
+ * read in that order streams 14-24 GB/s from DRAM on one core where a linear
+ * read streams 30-35, and software prefetch of the next block recovers only
+ * part of it while costing 20-40 % when the cache is in L3. So here every
+ * loop over K or V goes position by position, heads within a position, and
+ * leaves the prefetching to the hardware.
+ *
+ * - Scores: lanes are rows. For each key, the rows of 16 / R heads at a time
+ *   (16 accumulators, each K vector loaded and converted once for its head's
+ *   R rows, Q packed so that its vectors sit at constant offsets) are reduced
+ *   together into one vector of 16 scores (four shuffle-and-add levels), stored
+ *   key-major: S[j][row].
+ * - Softmax, vertical: a row's max, NaN check, exp and sum are lane-wise
+ *   across the block's keys, so there is no horizontal reduction at all; the
+ *   rescale factors of 16 rows come from one vector exp.
+ * - P.V, two keys at a time: for each head, the two V rows loaded once (in
+ *   slices of up to 8 vectors) and FMA'd into each of the head's rows of the
+ *   accumulator, which lives in L1.
+ * - int8 K/V: (x - zero point) in int32 then converted, in registers; the
+ *   per-key scales broadcast to their rows' lanes by a permute. int8 Q and K:
+ *   exact int16 dot products (VNNI vpdpwssd where present) into int32.
+ *
+ * Semantics are flash_core's fast path's (and the ABI's): keys past a row's
+ * limit are -inf, a NaN score poisons its row, a row that sees nothing in the
+ * block is left as it was; nothing is read past the block's keys, the task's
+ * heads or head_dim.
+ */
+#include <math.h>
+
+#include "flash_x512.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define FX512 1
+#include <immintrin.h>
+#endif
+
+#ifndef FX_PF
+#define FX_PF _MM_HINT_T0
+#endif
+#define FX_PAD16(n) (((n) + 15) & ~(int64_t)15)
+
+int64_t flash_x512_scratch_floats(int64_t nh, int64_t R, int64_t kv_block) {
+  const int64_t rows = FX_PAD16(nh * R);
+  return kv_block * rows + 2 * rows + rows / 16; /* S[key][row], alpha[row], mx[row], NaN masks */
+}
+
+int64_t flash_x512_packed_q_floats(int64_t nh, int64_t R, int64_t D) {
+  return FX_PAD16(nh * R) * (D + 16); /* F32: D per row; int16: D rounded up to 32, halved */
+}
+
+#ifndef FX512
+
+int flash_x512_available(void) { return 0; }
+void flash_x512_pack_q(const void *Q, int64_t nh, int64_t R, int64_t D, int64_t head_stride,
+                       int iqk, void *Qp) {
+  (void)Q, (void)nh, (void)R, (void)D, (void)head_stride, (void)iqk, (void)Qp;
+}
+void flash_x512_run(const flash_x512_block *b) { (void)b; }
+
+#else
+
+int flash_x512_available(void) { return 1; }
+
+/* F32: Qp[chunk][d / 16][lane][16], int16: Qp[chunk][d / 32][lane][32], rows
+ * past nh * R and dims past D zero. A chunk is 16 rows. */
+void flash_x512_pack_q(const void *Q, int64_t nh, int64_t R, int64_t D, int64_t head_stride,
+                       int iqk, void *Qp) {
+  const int64_t rows = nh * R, nch = (rows + 15) / 16;
+  const int64_t step = iqk ? 32 : 16, esz = iqk ? 2 : 4;
+  char *o = (char *)Qp;
+  for (int64_t c = 0; c < nch; c++)
+    for (int64_t d = 0; d < D; d += step)
+      for (int64_t f = 0; f < 16; f++, o += step * esz) {
+        const int64_t row = c * 16 + f;
+        memset(o, 0, (size_t)(step * esz));
+        if (row < rows) {
+          const int64_t w = D - d < step ? D - d : step;
+          const char *src = (const char *)Q + ((row / R) * head_stride + (row % R) * D + d) * esz;
+          memcpy(o, src, (size_t)(w * esz));
+        }
+      }
+}
+
+SDPA_INLINE int64_t fx_isz(int DT) { return DT == SDPA_F32 ? 4 : DT == SDPA_I8 ? 1 : 2; }
+
+/* 16 consecutive elements of dtype DT as float; I8: (x - zp). */
+SDPA_INLINE __m512 fx_ld16(const char *p, const int DT, __m512i zp) {
+  if (DT == SDPA_F32) return _mm512_loadu_ps((const float *)p);
+  if (DT == SDPA_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+  if (DT == SDPA_BF16)
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+  return _mm512_cvtepi32_ps(
+      _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)), zp));
+}
+
+/* Lane i of the result is the sum of the lanes of a[i]: four levels of
+ * shuffle-and-add, the leaves taken in the order that lands a[i]'s sum in
+ * lane i. FX_ADD / FX_SH* work on float or int32 lanes. */
+#define FX_LEAF {0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15}
+#define FX_HSUM16(T, ADD, SH4, SHP)                                                           \
+  static const int leaf[16] = FX_LEAF;                                                        \
+  T b[8], c[4], d[2];                                                                         \
+  _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {                                        \
+    const T x = a[leaf[i]], y = a[leaf[i + 8]];                                               \
+    b[i] = ADD(SH4(x, y, 0x44), SH4(x, y, 0xEE));                                             \
+  }                                                                                           \
+  _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) c[i] =                                   \
+      ADD(SH4(b[i], b[i + 4], 0x88), SH4(b[i], b[i + 4], 0xDD));                              \
+  _Pragma("GCC unroll 2") for (int i = 0; i < 2; i++) d[i] =                                   \
+      ADD(SHP(c[i], c[i + 2], 0x44), SHP(c[i], c[i + 2], 0xEE));                              \
+  return ADD(SHP(d[0], d[1], 0x88), SHP(d[0], d[1], 0xDD));
+
+SDPA_INLINE __m512 fx_hsum16(const __m512 *a) {
+  FX_HSUM16(__m512, _mm512_add_ps, _mm512_shuffle_f32x4, _mm512_shuffle_ps)
+}
+
+#define FX_SH4I(x, y, imm) \
+  _mm512_castps_si512(_mm512_shuffle_f32x4(_mm512_castsi512_ps(x), _mm512_castsi512_ps(y), imm))
+#define FX_SHPI(x, y, imm) \
+  _mm512_castps_si512(_mm512_shuffle_ps(_mm512_castsi512_ps(x), _mm512_castsi512_ps(y), imm))
+SDPA_INLINE __m512i fx_hsum16i(const __m512i *a) {
+  FX_HSUM16(__m512i, _mm512_add_epi32, FX_SH4I, FX_SHPI)
+}
+
+SDPA_INLINE __mmask16 fx_first(int64_t m) { /* lanes [0, m) */
+  return m <= 0 ? 0 : m >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << m) - 1u);
+}
+
+/* Scores of one key against the 16 rows of a chunk (16 / R heads from the
+ * one at kh; heads past nhc repeat the last one, their lanes junk). Qp: the
+ * chunk's packed Q. kz: I8 zero points of this key's heads from the chunk's
+ * first. */
+SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRICT Qp, int64_t D,
+                            const char *kh, int64_t ks2, int64_t nhc, const int32_t *kz) {
+  const int HPC = 16 / R;
+  const int64_t isz = fx_isz(DT);
+  const char *kr[16];
+  __m512i zk[16];
+#pragma GCC unroll 16
+  for (int h = 0; h < HPC; h++) {
+    const int64_t hh = h < nhc ? h : nhc - 1;
+    kr[h] = kh + hh * ks2;
+    zk[h] = DT == SDPA_I8 ? _mm512_set1_epi32(kz[hh]) : _mm512_setzero_si512();
+  }
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < D; d += 16, Qp += 256) {
+#pragma GCC unroll 16
+    for (int h = 0; h < HPC; h++) {
+      const __m512 kv = fx_ld16(kr[h] + d * isz, DT, zk[h]);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; r++)
+        acc[h * R + r] = _mm512_fmadd_ps(_mm512_loadu_ps(Qp + 16 * (h * R + r)), kv, acc[h * R + r]);
+    }
+  }
+  return fx_hsum16(acc);
+}
+
+/* fx_dot_f for int8 Q and K: (q - zq) . k, exact in int32, as float (exact
+ * below 2^24: head_dim <= 256). Qp: int16, 32 dims per step, zero-padded. */
+SDPA_INLINE __m512 fx_dot_iq(const int R, const int16_t *SDPA_RESTRICT Qp, int64_t D,
+                             const char *kh, int64_t ks2, int64_t nhc) {
+  const int HPC = 16 / R;
+  const char *kr[16];
+#pragma GCC unroll 16
+  for (int h = 0; h < HPC; h++) kr[h] = kh + (h < nhc ? h : nhc - 1) * ks2;
+  __m512i acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_si512();
+  for (int64_t d = 0; d < D; d += 32, Qp += 512) {
+    const int half = d + 32 > D; /* 16 dims left (Q's upper lanes are zero) */
+#pragma GCC unroll 16
+    for (int h = 0; h < HPC; h++) {
+      const __m512i kv =
+          half ? _mm512_cvtepi8_epi16(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(kr[h] + d))))
+               : _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(kr[h] + d)));
+#pragma GCC unroll 16
+      for (int r = 0; r < R; r++) {
+        const __m512i qv = _mm512_loadu_si512((const void *)(Qp + 32 * (h * R + r)));
+#ifdef __AVX512VNNI__
+        acc[h * R + r] = _mm512_dpwssd_epi32(acc[h * R + r], qv, kv);
+#else
+        acc[h * R + r] = _mm512_add_epi32(acc[h * R + r], _mm512_madd_epi16(qv, kv));
+#endif
+      }
+    }
+  }
+  return _mm512_cvtepi32_ps(fx_hsum16i(acc));
+}
+
+/* exp(x) for the softmax (x = score - running max <= 0, -inf or NaN): the
+ * range reduction and polynomial of flash_core's fc_exp, 16 lanes, scalef for
+ * the power of two. exp(x < -87.34) = 0, exp(-inf) = 0, NaN propagates. */
+SDPA_INLINE __m512 fx_exp(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-87.3365447505531f), hi = _mm512_set1_ps(88.3762626647949f);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ); /* x >= lo, or NaN */
+  const __m512 xc = _mm512_min_ps(hi, _mm512_max_ps(lo, x));    /* NaN passes through */
+  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), xc);
+  r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, fx));
+}
+
+/* A per-head value of this chunk's heads (p[0 .. nhc)) in each of its rows' lanes. */
+SDPA_INLINE __m512 fx_heads_ps(__m512i head_of_lane, __mmask16 heads, const float *p) {
+  return _mm512_permutexvar_ps(head_of_lane, _mm512_maskz_loadu_ps(heads, p));
+}
+SDPA_INLINE __m512i fx_heads_epi32(__m512i head_of_lane, __mmask16 heads, const int32_t *p) {
+  return _mm512_permutexvar_epi32(head_of_lane, _mm512_maskz_loadu_epi32(heads, p));
+}
+
+/* Lane constants of a block (the same for every chunk: R divides 16). */
+typedef struct {
+  __m512i head_of_lane; /* f / R: the lane's head within its chunk */
+  __m512i row_of_lane;  /* the lane's query row */
+  __m512i lim;          /* the lane's query row sees keys [0, lim) */
+} fx_lanes;
+
+SDPA_INLINE fx_lanes fx_lanes_of(const int R, const flash_x512_block *b) {
+  int32_t hl[16], il[16], ll[16];
+  for (int f = 0; f < 16; f++) {
+    hl[f] = f / R;
+    il[f] = (int32_t)((f % R) % b->qbr); /* row r = g * qbr + i */
+    ll[f] = (int32_t)b->lim[il[f]];
+  }
+  fx_lanes L = {_mm512_loadu_si512(hl), _mm512_loadu_si512(il), _mm512_loadu_si512(ll)};
+  return L;
+}
+
+/* Scores of every key of the block for every row into S[j][row]: scaled,
+ * masked, -inf where a row must not see the key; chunk by chunk of 16 rows
+ * (each chunk's K rows are consecutive within a position). Each chunk's
+ * lane-wise max and NaN lanes go to mx[chunk] and nan[chunk]. */
+SDPA_INLINE void fx_scores(const int R, const int KDT, const int IQK, const flash_x512_block *b,
+                           const fx_lanes *L, float *mx, __mmask16 *nan) {
+  const int HPC = 16 / R;
+  const int64_t D = b->D, n = b->n, nh = b->nh, rows = nh * R, rp = FX_PAD16(rows), nch = rp / 16;
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  const size_t qstep = IQK ? 16 * (size_t)((D + 31) / 32) * 32 * 2 : 16 * (size_t)D * 4;
+  for (int64_t c = 0; c < nch; c++) {
+    const int64_t h0 = c * HPC, nhc = nh - h0 < HPC ? nh - h0 : HPC;
+    const __mmask16 heads = fx_first(nhc), lanes = fx_first(rows - c * 16);
+    const char *qp = (const char *)b->Qp + c * qstep;
+    __m512 qs = ninf, qf = ninf;
+    if (IQK) {
+      qs = _mm512_maskz_loadu_ps(lanes, b->qs + c * 16);
+      qf = _mm512_maskz_loadu_ps(lanes, b->qf + c * 16);
+    }
+    __m512 mxc = ninf;
+    __mmask16 nanc = 0;
+    const char *kh = b->K + h0 * b->ks2, *vpf = b->V;
+    float *s = b->S + c * 16;
+    for (int64_t j = 0; j < n; j++, kh += b->ks1, s += rp, vpf += b->vs1) {
+      if (c == 0 && b->pf_bytes) /* this block's V rows, which P.V reads next */
+        for (int64_t o = 0; o < b->pf_bytes; o += 64) _mm_prefetch(vpf + o, FX_PF);
+      __m512 x;
+      if (IQK)
+        x = fx_dot_iq(R, (const int16_t *)qp, D, kh, b->ks2, nhc);
+      else
+        x = fx_dot_f(R, KDT, (const float *)qp, D, kh, b->ks2, nhc,
+                     KDT == SDPA_I8 ? b->kz + j * nh + h0 : NULL);
+      if (KDT == SDPA_I8) {
+        const __m512 ksc = fx_heads_ps(L->head_of_lane, heads, b->ksc + j * nh + h0);
+        if (IQK) {
+          const __m512 zk =
+              _mm512_cvtepi32_ps(fx_heads_epi32(L->head_of_lane, heads, b->kz + j * nh + h0));
+          x = _mm512_mul_ps(_mm512_mul_ps(_mm512_fnmadd_ps(zk, qs, x), ksc), qf);
+        } else {
+          x = _mm512_mul_ps(x, ksc);
+        }
+      }
+      const __mmask16 vis = _mm512_cmpgt_epi32_mask(L->lim, _mm512_set1_epi32((int32_t)j));
+      if (b->mask)
+        x = _mm512_mask_add_ps(
+            x, vis, x, _mm512_permutexvar_ps(L->row_of_lane, _mm512_loadu_ps(b->mask + j * 16)));
+      x = _mm512_mask_blend_ps(vis, ninf, x);
+      mxc = _mm512_max_ps(mxc, x);
+      nanc |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+      _mm512_storeu_ps(s, x);
+    }
+    _mm512_storeu_ps(mx + 16 * c, mxc);
+    nan[c] = nanc;
+  }
+}
+
+/* The online-softmax update of chunk c's rows (flash_core's fc_softmax_tile,
+ * lane-wise) from their block scores in S: P left in S (I8 V: times the V
+ * scale), m and l updated, the rows' rescale factors in alpha[16c ..]. */
+SDPA_INLINE void fx_softmax(const flash_x512_block *b, const fx_lanes *L, int64_t c,
+                            __m512 mx, __mmask16 nan, float *alpha) {
+  const int64_t n = b->n, nh = b->nh, R = b->R, rows = nh * R, rp = FX_PAD16(rows);
+  const int64_t h0 = c * (16 / R), nhc = nh - h0 < 16 / R ? nh - h0 : 16 / R;
+  const __mmask16 heads = fx_first(nhc), lanes = fx_first(rows - c * 16);
+  const __m512 ninf = _mm512_set1_ps(-INFINITY);
+  const __m512 m_old = _mm512_maskz_loadu_ps(lanes, b->m + c * 16);
+  const __mmask16 none = _mm512_cmp_ps_mask(mx, ninf, _CMP_EQ_OQ) & ~nan; /* nothing visible */
+  __m512 mn = _mm512_max_ps(mx, m_old);
+  mn = _mm512_mask_mov_ps(mn, nan, _mm512_set1_ps(NAN)); /* poison the row */
+  const __m512 vm = _mm512_mask_mov_ps(mn, none, _mm512_set1_ps(INFINITY)); /* P = 0 */
+  /* alpha: 0 after -inf (exp(-inf) = 0), exactly 1 when the max stays, NaN if poisoned */
+  const __m512 al = _mm512_mask_mov_ps(fx_exp(_mm512_sub_ps(m_old, mn)), none, _mm512_set1_ps(1.0f));
+  __m512 sum = _mm512_setzero_ps();
+  float *s = b->S + c * 16;
+  const int vi8 = b->vdt == SDPA_I8;
+  for (int64_t j = 0; j < n; j++, s += rp) {
+    const __m512 e = fx_exp(_mm512_sub_ps(_mm512_loadu_ps(s), vm));
+    sum = _mm512_add_ps(sum, e);
+    _mm512_storeu_ps(s, vi8 ? _mm512_mul_ps(e, fx_heads_ps(L->head_of_lane, heads, b->vsc + j * nh + h0)) : e);
+  }
+  const __m512 l_old = _mm512_maskz_loadu_ps(lanes, b->l + c * 16);
+  _mm512_mask_storeu_ps(b->l + c * 16, lanes, _mm512_fmadd_ps(l_old, al, sum));
+  _mm512_mask_storeu_ps(b->m + c * 16, lanes, _mm512_mask_mov_ps(mn, none, m_old));
+  _mm512_storeu_ps(alpha + c * 16, al);
+}
+
+/* acc[f][d0 : d0 + 16 VC] += P[j][f] V[j][h] (+ the same for key j + 1 when TWO)
+ * for the R rows f of head h. */
+SDPA_INLINE void fx_pv_head(const int R, const int VC, const int DT, const int TWO,
+                            float *SDPA_RESTRICT acc, int64_t D, const char *v0, const char *v1,
+                            __m512i z0, __m512i z1, const float *p0, const float *p1) {
+  const int64_t isz = fx_isz(DT);
+  __m512 a0[8], a1[8];
+#pragma GCC unroll 8
+  for (int c = 0; c < VC; c++) {
+    a0[c] = fx_ld16(v0 + 16 * c * isz, DT, z0);
+    if (TWO) a1[c] = fx_ld16(v1 + 16 * c * isz, DT, z1);
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; r++) {
+    const __m512 q0 = _mm512_set1_ps(p0[r]);
+    const __m512 q1 = TWO ? _mm512_set1_ps(p1[r]) : q0;
+    float *ar = acc + r * D;
+#pragma GCC unroll 8
+    for (int c = 0; c < VC; c++) {
+      __m512 x = _mm512_fmadd_ps(q0, a0[c], _mm512_loadu_ps(ar + 16 * c));
+      if (TWO) x = _mm512_fmadd_ps(q1, a1[c], x);
+      _mm512_storeu_ps(ar + 16 * c, x);
+    }
+  }
+}
+
+/* acc += P.V over the block: keys two at a time, every head in turn (memory
+ * order), head_dim in slices of up to 8 vectors. */
+SDPA_INLINE void fx_pv(const int R, const int DT, const flash_x512_block *b) {
+  const int64_t D = b->D, n = b->n, nh = b->nh, rp = FX_PAD16(nh * R), isz = fx_isz(DT);
+  const __m512i zero = _mm512_setzero_si512();
+  const int64_t krow = b->pf_bytes;
+  for (int64_t j = 0; j < n; j += 2) {
+    const int two = j + 1 < n;
+    if (krow && j + 1 < b->next_n) /* the next block's K rows, needed next by the scores */
+      for (int64_t o = 0; o < 2 * krow; o += 64) _mm_prefetch(b->next_k + j * b->ks1 + o, FX_PF);
+    const char *vj = b->V + j * b->vs1;
+    const float *pj = b->S + j * rp;
+    for (int64_t h = 0; h < nh; h++, vj += b->vs2) {
+      const __m512i z0 = DT == SDPA_I8 ? _mm512_set1_epi32(b->vz[j * nh + h]) : zero;
+      const __m512i z1 = DT == SDPA_I8 && two ? _mm512_set1_epi32(b->vz[(j + 1) * nh + h]) : zero;
+      float *acc = b->acc + h * R * D;
+      const float *p0 = pj + h * R, *p1 = p0 + rp;
+      for (int64_t d = 0; d < D; d += 128) {
+        const char *v0 = vj + d * isz, *v1 = v0 + b->vs1;
+        const int64_t left = (D - d) / 16;
+#define FX_PV_CASE(VC)                                                                     \
+  case VC:                                                                                 \
+    if (two) fx_pv_head(R, VC, DT, 1, acc + d, D, v0, v1, z0, z1, p0, p1);                 \
+    else fx_pv_head(R, VC, DT, 0, acc + d, D, v0, v0, z0, z0, p0, p0);                     \
+    break;
+        switch (left >= 8 ? 8 : left) {
+          FX_PV_CASE(1) FX_PV_CASE(2) FX_PV_CASE(3) FX_PV_CASE(4)
+          FX_PV_CASE(5) FX_PV_CASE(6) FX_PV_CASE(7) FX_PV_CASE(8)
+          default: break;
+        }
+#undef FX_PV_CASE
+      }
+    }
+  }
+}
+
+SDPA_INLINE void fx_block(const int R, const int KDT, const int VDT, const int IQK,
+                          const flash_x512_block *b) {
+  const int64_t rows = b->nh * R, rp = FX_PAD16(rows), nch = rp / 16, D = b->D;
+  float *alpha = b->S + b->n * rp, *mx = alpha + rp;
+  __mmask16 *nan = (__mmask16 *)(mx + rp);
+  const fx_lanes L = fx_lanes_of(R, b);
+  fx_scores(R, KDT, IQK, b, &L, mx, nan);
+  for (int64_t c = 0; c < nch; c++) fx_softmax(b, &L, c, _mm512_loadu_ps(mx + 16 * c), nan[c], alpha);
+  for (int64_t f = 0; f < rows; f++) /* rescale the rows whose max moved */
+    if (alpha[f] != 1.0f) {
+      const __m512 a = _mm512_set1_ps(alpha[f]);
+      float *acc = b->acc + f * D;
+      for (int64_t d = 0; d < D; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), a));
+    }
+  fx_pv(R, VDT, b);
+}
+
+/* ---- instantiation by (rows per head, K / V dtype, integer Q.K^T) ---- */
+
+typedef void (*fx_block_fn)(const flash_x512_block *);
+#define FX_INST(NAME, KDT, VDT, IQK, R) \
+  static void blk_##NAME##_##R(const flash_x512_block *b) { fx_block(R, KDT, VDT, IQK, b); }
+#define FX_INST_R(NAME, KDT, VDT, IQK)                                                  \
+  FX_INST(NAME, KDT, VDT, IQK, 1) FX_INST(NAME, KDT, VDT, IQK, 2)                      \
+  FX_INST(NAME, KDT, VDT, IQK, 4) FX_INST(NAME, KDT, VDT, IQK, 8)                      \
+  FX_INST(NAME, KDT, VDT, IQK, 16)
+FX_INST_R(f32, SDPA_F32, SDPA_F32, 0)
+FX_INST_R(f16, SDPA_F16, SDPA_F16, 0)
+FX_INST_R(bf16, SDPA_BF16, SDPA_BF16, 0)
+FX_INST_R(i8, SDPA_I8, SDPA_I8, 0)
+FX_INST_R(iq, SDPA_I8, SDPA_I8, 1)
+#define FX_ROW(NAME) {blk_##NAME##_1, blk_##NAME##_2, blk_##NAME##_4, blk_##NAME##_8, blk_##NAME##_16}
+/* [f32, f16, bf16, i8, integer Q.K^T][R = 1, 2, 4, 8, 16] */
+static const fx_block_fn k_blk[5][5] = {FX_ROW(f32), FX_ROW(f16), FX_ROW(bf16), FX_ROW(i8), FX_ROW(iq)};
+#undef FX_ROW
+
+void flash_x512_run(const flash_x512_block *b) {
+  if (b->n <= 0) return;
+  const int ri = b->R == 1 ? 0 : b->R == 2 ? 1 : b->R == 4 ? 2 : b->R == 8 ? 3 : 4;
+  k_blk[b->iqk ? 4 : b->kdt][ri](b);
+}
+
+#endif

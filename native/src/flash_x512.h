@@ -1,0 +1,51 @@
+/* flash_core's AVX-512 block path for decode tasks: one key block for every
+ * kv head of the task, read in memory order. Built when the compiler targets
+ * AVX-512 (F, BW, DQ, VL); flash_x512_available() says whether this build has
+ * it.
+ *
+ * Rows: a task's rows are f = h * R + r for kv head h (of nh) and row r (of R
+ * per head: query head g of the group, query row i: r = g * qbr + i). R
+ * divides 16, so a 16-lane vector holds the rows of 16 / R whole heads. */
+#ifndef SDPA_PROBE_FLASH_X512_H
+#define SDPA_PROBE_FLASH_X512_H
+
+#include "common.h"
+
+#define FLASH_X512_KV_BLOCK 32 /* keys per block */
+
+typedef struct flash_x512_block {
+  int64_t nh, R, qbr; /* kv heads, rows per head (1, 2, 4, 8 or 16), query rows */
+  int64_t D;          /* head_dim, a multiple of 16 */
+  int64_t n;          /* keys in the block (<= FLASH_X512_KV_BLOCK) */
+  int kdt, vdt;       /* K / V storage dtypes */
+  int iqk;            /* int8 Q and K: integer Q.K^T */
+  const void *Qp;     /* Q packed by flash_x512_pack_q (pre-scaled F32, or (q - zq) int16) */
+  const float *qf;    /* iqk, [nh * R]: scale * q_scale per row */
+  const float *qs;    /* iqk, [nh * R]: sum(q - zq) per row */
+  const char *K, *V;  /* the block's first key of head 0 */
+  int64_t ks1, ks2;   /* K bytes: next key, next head */
+  int64_t vs1, vs2;   /* V bytes: next key, next head */
+  const float *ksc, *vsc; /* I8, [n][nh]: per-key scales */
+  const int32_t *kz, *vz; /* I8, [n][nh]: per-key zero points */
+  const int64_t *lim;     /* [qbr]: query row i sees keys [0, lim[i]) of the block */
+  const float *mask;      /* [n][16]: query row i's additive mask of key j at j * 16 + i, or NULL */
+  float *acc, *m, *l;     /* [nh * R][D], [nh * R], [nh * R]: running output, max, sum */
+  float *S;               /* scratch, flash_x512_scratch_floats */
+  int64_t pf_bytes;       /* bytes of a position's K (= V) rows when they are dense; 0: no prefetch */
+  const char *next_k;     /* the next block's first K row */
+  int64_t next_n;         /* keys of the next block (0: none) */
+} flash_x512_block;
+
+int flash_x512_available(void);
+/* Scratch floats of a block (S and the rows' rescale factors). */
+int64_t flash_x512_scratch_floats(int64_t nh, int64_t R, int64_t kv_block);
+/* Floats of the packed Q of nh * R rows. */
+int64_t flash_x512_packed_q_floats(int64_t nh, int64_t R, int64_t D);
+/* Packs the nh * R rows of Q for the block path: row r of head h at element
+ * h * head_stride + r * D of Q (F32, or int16 when iqk). */
+void flash_x512_pack_q(const void *Q, int64_t nh, int64_t R, int64_t D, int64_t head_stride,
+                       int iqk, void *Qp);
+/* Runs the block (a no-op in a build without AVX-512). */
+void flash_x512_run(const flash_x512_block *b);
+
+#endif
