@@ -985,6 +985,25 @@ static thread_bufs head_bufs(const flash_ctx *c, const thread_bufs *all, int64_t
   return tb;
 }
 
+/* The per-token scales and zero points of keys [j0, j0 + nk), heads [hk0, hk0 + nh)
+ * of an int8 tensor, key-major ([key][head]); a position's heads back to back are
+ * copied a row at a time. */
+static void x512_qparams(const sdpa_tensor *t, int64_t b, int64_t j0, int64_t nk, int64_t hk0,
+                         int64_t nh, float *sc, int32_t *zp) {
+  for (int64_t j = 0; j < nk; j++, sc += nh, zp += nh) {
+    const int64_t qo = b * t->qstride[0] + (j0 + j) * t->qstride[1] + hk0 * t->qstride[2];
+    if (t->qstride[2] == 1) {
+      memcpy(sc, t->scale + qo, (size_t)nh * sizeof(float));
+      if (t->zero_point)
+        for (int64_t h = 0; h < nh; h++) zp[h] = t->zero_point[qo + h];
+      else
+        memset(zp, 0, (size_t)nh * sizeof(int32_t));
+    } else {
+      for (int64_t h = 0; h < nh; h++) sdpa_qparams(t, b, j0 + j, hk0 + h, &sc[h], &zp[h]);
+    }
+  }
+}
+
 /* Keys [j0, j1) of every kv head of the task on the AVX-512 block path. */
 static void x512_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk0, int64_t nh,
                        int64_t q0, int64_t qbr, int64_t j0, int64_t j1, int64_t next_n,
@@ -1005,12 +1024,10 @@ static void x512_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk0, in
     for (int64_t j = 0; j < nk; j++)
       for (int64_t i = 0; i < qbr; i++)
         tb->mk[j * 16 + i] = a->mask[(q0 + i) * a->mask_row_stride + j0 + j];
-  if (a->k.dtype == SDPA_I8)
-    for (int64_t j = 0; j < nk; j++)
-      for (int64_t h = 0; h < nh; h++) {
-        sdpa_qparams(&a->k, b, j0 + j, hk0 + h, &tb->ksc[j * nh + h], &tb->kz[j * nh + h]);
-        sdpa_qparams(&a->v, b, j0 + j, hk0 + h, &tb->vsc[j * nh + h], &tb->vz[j * nh + h]);
-      }
+  if (a->k.dtype == SDPA_I8) {
+    x512_qparams(&a->k, b, j0, nk, hk0, nh, tb->ksc, tb->kz);
+    x512_qparams(&a->v, b, j0, nk, hk0, nh, tb->vsc, tb->vz);
+  }
   const int64_t ki = fc_isz(a->k.dtype), vi = fc_isz(a->v.dtype);
   /* the rows of a position's heads back to back, K as V: the block path prefetches */
   const int dense = ki == vi && a->k.stride[2] == c->D && a->v.stride[2] == c->D &&

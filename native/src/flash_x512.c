@@ -246,10 +246,12 @@ SDPA_INLINE fx_lanes fx_lanes_of(const int R, const flash_x512_block *b) {
  * masked, -inf where a row must not see the key; chunk by chunk of 16 rows
  * (each chunk's K rows are consecutive within a position). Each chunk's
  * lane-wise max and NaN lanes go to mx[chunk] and nan[chunk]. */
-SDPA_INLINE void fx_scores(const int R, const int KDT, const int IQK, const flash_x512_block *b,
-                           const fx_lanes *L, float *mx, __mmask16 *nan) {
+SDPA_INLINE void fx_scores(const int R, const int KDT, const int IQK, const int DC,
+                           const flash_x512_block *b, const fx_lanes *L, float *mx,
+                           __mmask16 *nan) {
   const int HPC = 16 / R;
-  const int64_t D = b->D, n = b->n, nh = b->nh, rows = nh * R, rp = FX_PAD16(rows), nch = rp / 16;
+  const int64_t D = DC ? DC : b->D, n = b->n, nh = b->nh, rows = nh * R, rp = FX_PAD16(rows);
+  const int64_t nch = rp / 16;
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
   const size_t qstep = IQK ? 16 * (size_t)((D + 31) / 32) * 32 * 2 : 16 * (size_t)D * 4;
   for (int64_t c = 0; c < nch; c++) {
@@ -328,75 +330,83 @@ SDPA_INLINE void fx_softmax(const flash_x512_block *b, const fx_lanes *L, int64_
   _mm512_storeu_ps(alpha + c * 16, al);
 }
 
-/* acc[f][d0 : d0 + 16 VC] += P[j][f] V[j][h] (+ the same for key j + 1 when TWO)
- * for the R rows f of head h. */
-SDPA_INLINE void fx_pv_head(const int R, const int VC, const int DT, const int TWO,
-                            float *SDPA_RESTRICT acc, int64_t D, const char *v0, const char *v1,
-                            __m512i z0, __m512i z1, const float *p0, const float *p1) {
+/* acc[f][d0 : d0 + 16 VC] += sum_k P[j + k][f] V[j + k][h][d0 : ...] over KN keys
+ * for the R rows f of head h, the accumulator slice in registers. */
+SDPA_INLINE void fx_pv_head(const int R, const int VC, const int DT, const int KN,
+                            float *SDPA_RESTRICT acc, int64_t D, const char *v, int64_t vs1,
+                            const int32_t *vz, int64_t zs, const float *SDPA_RESTRICT p,
+                            int64_t ps) {
   const int64_t isz = fx_isz(DT);
-  __m512 a0[8], a1[8];
-#pragma GCC unroll 8
-  for (int c = 0; c < VC; c++) {
-    a0[c] = fx_ld16(v0 + 16 * c * isz, DT, z0);
-    if (TWO) a1[c] = fx_ld16(v1 + 16 * c * isz, DT, z1);
-  }
+  __m512 a[16];
 #pragma GCC unroll 16
-  for (int r = 0; r < R; r++) {
-    const __m512 q0 = _mm512_set1_ps(p0[r]);
-    const __m512 q1 = TWO ? _mm512_set1_ps(p1[r]) : q0;
-    float *ar = acc + r * D;
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+    for (int c = 0; c < VC; c++) a[r * VC + c] = _mm512_loadu_ps(acc + r * D + 16 * c);
+#pragma GCC unroll 8
+  for (int k = 0; k < KN; k++, v += vs1, p += ps) {
+    const __m512i z = DT == SDPA_I8 ? _mm512_set1_epi32(vz[k * zs]) : _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int c = 0; c < VC; c++) {
-      __m512 x = _mm512_fmadd_ps(q0, a0[c], _mm512_loadu_ps(ar + 16 * c));
-      if (TWO) x = _mm512_fmadd_ps(q1, a1[c], x);
-      _mm512_storeu_ps(ar + 16 * c, x);
+      const __m512 vv = fx_ld16(v + 16 * c * isz, DT, z);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; r++)
+        a[r * VC + c] = _mm512_fmadd_ps(_mm512_set1_ps(p[r]), vv, a[r * VC + c]);
     }
   }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+    for (int c = 0; c < VC; c++) _mm512_storeu_ps(acc + r * D + 16 * c, a[r * VC + c]);
 }
 
-/* acc += P.V over the block: keys two at a time, every head in turn (memory
- * order), head_dim in slices of up to 8 vectors. */
-SDPA_INLINE void fx_pv(const int R, const int DT, const flash_x512_block *b) {
-  const int64_t D = b->D, n = b->n, nh = b->nh, rp = FX_PAD16(nh * R), isz = fx_isz(DT);
-  const __m512i zero = _mm512_setzero_si512();
-  const int64_t krow = b->pf_bytes;
-  for (int64_t j = 0; j < n; j += 2) {
-    const int two = j + 1 < n;
-    if (krow && j + 1 < b->next_n) /* the next block's K rows, needed next by the scores */
-      for (int64_t o = 0; o < 2 * krow; o += 64) _mm_prefetch(b->next_k + j * b->ks1 + o, FX_PF);
+/* acc += P.V over the block: FX_PV_KEYS keys at a time, every head in turn, a
+ * slice of 16 / R vectors (at most 8) of each row's accumulator in registers
+ * while the keys' V rows of its head stream through. */
+#define FX_PV_KEYS 4
+SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const flash_x512_block *b) {
+  const int VMAX = R == 1 ? 8 : 16 / R;
+  const int64_t D = DC ? DC : b->D, n = b->n, nh = b->nh, rp = FX_PAD16(nh * R);
+  const int64_t isz = fx_isz(DT);
+  for (int64_t j = 0; j < n; j += FX_PV_KEYS) {
+    const int64_t kn = n - j < FX_PV_KEYS ? n - j : FX_PV_KEYS;
     const char *vj = b->V + j * b->vs1;
-    const float *pj = b->S + j * rp;
     for (int64_t h = 0; h < nh; h++, vj += b->vs2) {
-      const __m512i z0 = DT == SDPA_I8 ? _mm512_set1_epi32(b->vz[j * nh + h]) : zero;
-      const __m512i z1 = DT == SDPA_I8 && two ? _mm512_set1_epi32(b->vz[(j + 1) * nh + h]) : zero;
       float *acc = b->acc + h * R * D;
-      const float *p0 = pj + h * R, *p1 = p0 + rp;
-      for (int64_t d = 0; d < D; d += 128) {
-        const char *v0 = vj + d * isz, *v1 = v0 + b->vs1;
+      const float *p = b->S + j * rp + h * R;
+      const int32_t *vz = DT == SDPA_I8 ? b->vz + j * nh + h : NULL;
+      for (int64_t d = 0; d < D; d += 16 * VMAX) {
         const int64_t left = (D - d) / 16;
-#define FX_PV_CASE(VC)                                                                     \
-  case VC:                                                                                 \
-    if (two) fx_pv_head(R, VC, DT, 1, acc + d, D, v0, v1, z0, z1, p0, p1);                 \
-    else fx_pv_head(R, VC, DT, 0, acc + d, D, v0, v0, z0, z0, p0, p0);                     \
+        const int vc = left >= VMAX ? VMAX : (int)left;
+#define FX_PV_CALL(VC, KN) fx_pv_head(R, VC, DT, KN, acc + d, D, vj + d * isz, b->vs1, vz, nh, p, rp)
+#define FX_PV_VC(VC)                                   \
+  case VC:                                             \
+    if (VC <= VMAX) {                                  \
+      if (kn == FX_PV_KEYS) FX_PV_CALL(VC, FX_PV_KEYS); \
+      else if (kn == 3) FX_PV_CALL(VC, 3);             \
+      else if (kn == 2) FX_PV_CALL(VC, 2);             \
+      else FX_PV_CALL(VC, 1);                          \
+    }                                                  \
     break;
-        switch (left >= 8 ? 8 : left) {
-          FX_PV_CASE(1) FX_PV_CASE(2) FX_PV_CASE(3) FX_PV_CASE(4)
-          FX_PV_CASE(5) FX_PV_CASE(6) FX_PV_CASE(7) FX_PV_CASE(8)
+        switch (vc) {
+          FX_PV_VC(1) FX_PV_VC(2) FX_PV_VC(3) FX_PV_VC(4)
+          FX_PV_VC(5) FX_PV_VC(6) FX_PV_VC(7) FX_PV_VC(8)
           default: break;
         }
-#undef FX_PV_CASE
+#undef FX_PV_VC
+#undef FX_PV_CALL
       }
     }
   }
 }
 
-SDPA_INLINE void fx_block(const int R, const int KDT, const int VDT, const int IQK,
+/* DC: head_dim as a compile-time constant (0: b->D), for the common 64 and 128 */
+SDPA_INLINE void fx_block(const int R, const int KDT, const int VDT, const int IQK, const int DC,
                           const flash_x512_block *b) {
-  const int64_t rows = b->nh * R, rp = FX_PAD16(rows), nch = rp / 16, D = b->D;
+  const int64_t rows = b->nh * R, rp = FX_PAD16(rows), nch = rp / 16, D = DC ? DC : b->D;
   float *alpha = b->S + b->n * rp, *mx = alpha + rp;
   __mmask16 *nan = (__mmask16 *)(mx + rp);
   const fx_lanes L = fx_lanes_of(R, b);
-  fx_scores(R, KDT, IQK, b, &L, mx, nan);
+  fx_scores(R, KDT, IQK, DC, b, &L, mx, nan);
   for (int64_t c = 0; c < nch; c++) fx_softmax(b, &L, c, _mm512_loadu_ps(mx + 16 * c), nan[c], alpha);
   for (int64_t f = 0; f < rows; f++) /* rescale the rows whose max moved */
     if (alpha[f] != 1.0f) {
@@ -404,14 +414,18 @@ SDPA_INLINE void fx_block(const int R, const int KDT, const int VDT, const int I
       float *acc = b->acc + f * D;
       for (int64_t d = 0; d < D; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), a));
     }
-  fx_pv(R, VDT, b);
+  fx_pv(R, VDT, DC, b);
 }
 
 /* ---- instantiation by (rows per head, K / V dtype, integer Q.K^T) ---- */
 
 typedef void (*fx_block_fn)(const flash_x512_block *);
-#define FX_INST(NAME, KDT, VDT, IQK, R) \
-  static void blk_##NAME##_##R(const flash_x512_block *b) { fx_block(R, KDT, VDT, IQK, b); }
+#define FX_INST(NAME, KDT, VDT, IQK, R)                         \
+  static void blk_##NAME##_##R(const flash_x512_block *b) {     \
+    if (b->D == 64) fx_block(R, KDT, VDT, IQK, 64, b);          \
+    else if (b->D == 128) fx_block(R, KDT, VDT, IQK, 128, b);   \
+    else fx_block(R, KDT, VDT, IQK, 0, b);                      \
+  }
 #define FX_INST_R(NAME, KDT, VDT, IQK)                                                  \
   FX_INST(NAME, KDT, VDT, IQK, 1) FX_INST(NAME, KDT, VDT, IQK, 2)                      \
   FX_INST(NAME, KDT, VDT, IQK, 4) FX_INST(NAME, KDT, VDT, IQK, 8)                      \

@@ -11,7 +11,9 @@
 
 #include "common.h"
 
-#define FLASH_X512_KV_BLOCK 32 /* keys per block */
+#ifndef FLASH_X512_KV_BLOCK
+#define FLASH_X512_KV_BLOCK 32
+#endif /* keys per block */
 
 typedef struct flash_x512_block {
   int64_t nh, R, qbr; /* kv heads, rows per head (1, 2, 4, 8 or 16), query rows */
