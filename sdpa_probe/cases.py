@@ -16,7 +16,10 @@ LAYOUTS = ("bshd", "bhsd", "padded")
 # blocks in bytes: at most 16 F32, 32 F16/BF16, 64 int8 keys, fewer (down to 4)
 # when a position's K and V over every kv head exceed 64 KiB (F32) / 128 KiB per
 # block, as with many kv heads of head_dim 128.
+# On an AVX-512 build, decode tasks (at most 16 rows per kv head, a divisor of 16)
+# take every kv head of X512_KV_BLOCK keys at a time instead (flash_x512.h).
 Q_BLOCK, KV_BLOCK = 32, 128
+X512_KV_BLOCK = 32
 DECODE_KV_BLOCK = {"f32": 16, "f16": 32, "bf16": 32, "i8": 64}
 DECODE_BLOCK_BYTES = {"f32": 64 << 10, "f16": 128 << 10, "bf16": 128 << 10, "i8": 128 << 10}
 
@@ -150,6 +153,19 @@ def _default() -> list[Case]:
         for kv in (blk - 1, blk + 1):
             cs.append(Case("decode", kv_len=kv, dtype=dt, n_heads=16, n_kv_heads=16,
                            head_dim=128))
+    # decode tasks on the AVX-512 block path: its block edges, rows per kv head of 8 and 16
+    # (short chunks, speculative decode: a query row each, causal and masked), a partial
+    # lane chunk of heads (24 kv heads, 1 row each), head_dim not a multiple of 32 (int8)
+    for kv in (X512_KV_BLOCK - 1, X512_KV_BLOCK + 1):
+        cs.append(Case("decode", kv_len=kv, n_heads=8, n_kv_heads=2))
+    cs.append(Case("decode", q_len=4, kv_len=100, causal=True, start_pos=96, n_heads=8,
+                   n_kv_heads=2))
+    cs.append(Case("decode", q_len=2, kv_len=77, mask="random", n_heads=16, n_kv_heads=2))
+    cs.append(Case("decode", q_len=2, kv_len=70, causal=True, start_pos=68, dtype="i8",
+                   n_heads=8, n_kv_heads=2))
+    cs.append(Case("decode", kv_len=40, n_heads=24, n_kv_heads=24, dtype="f16"))
+    cs.append(Case("decode", kv_len=70, head_dim=80, dtype="i8"))
+    cs.append(Case("decode", kv_len=70, head_dim=48, dtype="bf16", n_heads=16, n_kv_heads=2))
     # prefill, query-block edges, batch > 1, q_len > kv_len
     for q in (Q_BLOCK - 1, Q_BLOCK, Q_BLOCK + 1):
         cs.append(Case("prefill", q_len=q, kv_len=q, causal=True, n_heads=4, n_kv_heads=2))

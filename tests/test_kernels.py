@@ -123,3 +123,31 @@ def test_fully_masked_rows_are_zero_not_nan():
         vals = buf.values()
         assert np.all(vals[:, 2] == 0.0), name
         assert np.isfinite(vals).all(), name
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "i8"])
+@pytest.mark.parametrize("q_len", [1, 4])
+def test_nan_in_a_visible_key_poisons_only_its_rows(dtype, q_len):
+    """NaN in one key of kv head 1: every query row that sees the key is NaN, every
+    other row (other heads, or rows the causal mask hides the key from) exact as before.
+    Decode shapes: the heads-together block path, rows of several heads per vector."""
+    case = Case("nan", q_len=q_len, kv_len=70, causal=True, start_pos=70 - q_len,
+                n_heads=8, n_kv_heads=2, dtype=dtype)
+    name = "quant_int8" if dtype == "i8" else "flash"
+    data = materialise(case)
+    clean = out_buffer(case)
+    NativeBackend(name).run(data, clean)
+    key = 70 - q_len + 1 if q_len > 1 else 40  # q_len > 1: only the later rows see it
+    if dtype == "i8":  # a NaN scale poisons the key's real values
+        data.k_store.scale[0, key, 1] = np.nan
+    else:
+        data.k_store[0, key, 1, 5] = np.nan
+    buf = out_buffer(case)
+    NativeBackend(name).run(data, buf)
+    vals, ref = buf.values(), clean.values()
+    for i in range(q_len):
+        sees = 70 - q_len + i >= key
+        assert np.isnan(vals[0, i, 4:8]).all() == sees, (i, sees)
+        np.testing.assert_array_equal(vals[0, i, 0:4], ref[0, i, 0:4])
+        if not sees:
+            np.testing.assert_array_equal(vals[0, i, 4:8], ref[0, i, 4:8])
