@@ -37,7 +37,7 @@ DRAM_PASSES = 1
 DRAM_REPS = 8
 L2_FALLBACK_BYTES = 128 * 1024  # half of L2 when sysfs knows it
 L2_REPS = 20  # each repetition reads the buffer 64 MiB worth of times
-FMA_ITERS_PER_THREAD = 1 << 20  # x 12 chains x 8 lanes x 2 flops = 201 MFLOP per thread
+FMA_ITERS_PER_THREAD = 1 << 20  # x chains x lanes x 2 flops: 201 MFLOP per thread (AVX2)
 FMA_REPS = 10
 CVT_ITERS_PER_THREAD = 1 << 18  # x 64 elements: 16.8 M conversions per thread
 CVT_REPS = 8

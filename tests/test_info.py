@@ -181,9 +181,13 @@ def test_micro_benchmarks_refuse_bad_arguments_with_a_status():
     assert lib.sdpa_probe_mb_fma(1, 1, 1, r) == einval  # fewer steps than tasks
     assert lib.sdpa_probe_mb_convert(native.F32, 1, 1 << 12, 1, r) == einval  # nothing to convert
     assert lib.sdpa_probe_mb_convert(native.I8, 1, 1 << 12, 1, ffi.NULL) == einval
+    lanes = ffi.new("int32_t *")
+    lib.sdpa_probe_mb_fma_config(ffi.NULL, lanes, ffi.NULL)  # the kernels' vector width
     for dt in (native.F16, native.BF16, native.I8):
         assert lib.sdpa_probe_mb_convert(dt, 1, 1 << 12, 2, r) == lib.SDPA_PROBE_MB_OK
-        assert r.best > 0 and r.reps == 2 and r.work == (1 << 12) // 8 * 8 * 64
+        # a step converts 8 vectors: of 16 elements in an AVX-512 build, 8 otherwise
+        per_step = 8 * (16 if lanes[0] == 16 else 8)
+        assert r.best > 0 and r.reps == 2 and r.work == (1 << 12) // 8 * 8 * per_step
 
 
 def test_a_ceiling_well_below_this_machines_best_counts_as_busy():

@@ -154,6 +154,21 @@ SDPA_INLINE v8f sdpa_ld8(const char *p, const int DT, v8i zp) {
 #endif
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define SDPA_HAVE_AVX512 1
+/* 16 consecutive elements of dtype DT at p as float; I8 gives (x - zp): the
+ * AVX-512 kernels' conversion (flash_x512.c), and the one `probe info` times there. */
+SDPA_INLINE __m512 sdpa_ld16(const char *p, const int DT, __m512i zp) {
+  if (DT == SDPA_F32) return _mm512_loadu_ps((const float *)p);
+  if (DT == SDPA_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+  if (DT == SDPA_BF16)
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+  return _mm512_cvtepi32_ps(
+      _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)), zp));
+}
+#endif
+
 /* Load n elements spaced `stride` apart as float. For SDPA_I8, real value is
  * (x - zp) * scale. */
 SDPA_INLINE void sdpa_load_row(const void *base, int32_t dtype, int64_t off, int64_t stride,

@@ -34,9 +34,8 @@
 
 #include "flash_x512.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#ifdef SDPA_HAVE_AVX512
 #define FX512 1
-#include <immintrin.h>
 #endif
 
 #ifndef FX_PF
@@ -87,17 +86,6 @@ void flash_x512_pack_q(const void *Q, int64_t nh, int64_t R, int64_t D, int64_t 
 }
 
 SDPA_INLINE int64_t fx_isz(int DT) { return DT == SDPA_F32 ? 4 : DT == SDPA_I8 ? 1 : 2; }
-
-/* 16 consecutive elements of dtype DT as float; I8: (x - zp). */
-SDPA_INLINE __m512 fx_ld16(const char *p, const int DT, __m512i zp) {
-  if (DT == SDPA_F32) return _mm512_loadu_ps((const float *)p);
-  if (DT == SDPA_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-  if (DT == SDPA_BF16)
-    return _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
-  return _mm512_cvtepi32_ps(
-      _mm512_sub_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)), zp));
-}
 
 /* Lane i of the result is the sum of the lanes of a[i]: four levels of
  * shuffle-and-add, the leaves taken in the order that lands a[i]'s sum in
@@ -151,16 +139,25 @@ SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRIC
   __m512 acc[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+#pragma GCC unroll 16
   for (int64_t d = 0; d < D; d += 16, Qp += 256) {
 #pragma GCC unroll 16
     for (int h = 0; h < HPC; h++) {
-      const __m512 kv = fx_ld16(kr[h] + d * isz, DT, zk[h]);
+      const __m512 kv = sdpa_ld16(kr[h] + d * isz, DT, zk[h]);
 #pragma GCC unroll 16
       for (int r = 0; r < R; r++)
         acc[h * R + r] = _mm512_fmadd_ps(_mm512_loadu_ps(Qp + 16 * (h * R + r)), kv, acc[h * R + r]);
     }
   }
   return fx_hsum16(acc);
+}
+
+SDPA_INLINE __m512i fx_dpwssd(__m512i acc, __m512i a, __m512i b) { /* acc + pairwise a * b */
+#ifdef __AVX512VNNI__
+  return _mm512_dpwssd_epi32(acc, a, b);
+#else
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
 }
 
 /* fx_dot_f for int8 Q and K: (q - zq) . k, exact in int32, as float (exact
@@ -174,22 +171,25 @@ SDPA_INLINE __m512 fx_dot_iq(const int R, const int16_t *SDPA_RESTRICT Qp, int64
   __m512i acc[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_si512();
-  for (int64_t d = 0; d < D; d += 32, Qp += 512) {
-    const int half = d + 32 > D; /* 16 dims left (Q's upper lanes are zero) */
+  int64_t d = 0;
+#pragma GCC unroll 8
+  for (; d + 32 <= D; d += 32, Qp += 512) {
 #pragma GCC unroll 16
     for (int h = 0; h < HPC; h++) {
-      const __m512i kv =
-          half ? _mm512_cvtepi8_epi16(_mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(kr[h] + d))))
-               : _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(kr[h] + d)));
+      const __m512i kv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(kr[h] + d)));
 #pragma GCC unroll 16
-      for (int r = 0; r < R; r++) {
-        const __m512i qv = _mm512_loadu_si512((const void *)(Qp + 32 * (h * R + r)));
-#ifdef __AVX512VNNI__
-        acc[h * R + r] = _mm512_dpwssd_epi32(acc[h * R + r], qv, kv);
-#else
-        acc[h * R + r] = _mm512_add_epi32(acc[h * R + r], _mm512_madd_epi16(qv, kv));
-#endif
-      }
+      for (int r = 0; r < R; r++)
+        acc[h * R + r] = fx_dpwssd(acc[h * R + r], _mm512_loadu_si512((const void *)(Qp + 32 * (h * R + r))), kv);
+    }
+  }
+  if (d < D) { /* 16 dims left (Q's upper lanes are zero) */
+#pragma GCC unroll 16
+    for (int h = 0; h < HPC; h++) {
+      const __m512i kv = _mm512_cvtepi8_epi16(
+          _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)(kr[h] + d))));
+#pragma GCC unroll 16
+      for (int r = 0; r < R; r++)
+        acc[h * R + r] = fx_dpwssd(acc[h * R + r], _mm512_loadu_si512((const void *)(Qp + 32 * (h * R + r))), kv);
     }
   }
   return _mm512_cvtepi32_ps(fx_hsum16i(acc));
@@ -347,7 +347,7 @@ SDPA_INLINE void fx_pv_head(const int R, const int VC, const int DT, const int K
     const __m512i z = DT == SDPA_I8 ? _mm512_set1_epi32(vz[k * zs]) : _mm512_setzero_si512();
 #pragma GCC unroll 8
     for (int c = 0; c < VC; c++) {
-      const __m512 vv = fx_ld16(v + 16 * c * isz, DT, z);
+      const __m512 vv = sdpa_ld16(v + 16 * c * isz, DT, z);
 #pragma GCC unroll 16
       for (int r = 0; r < R; r++)
         a[r * VC + c] = _mm512_fmadd_ps(_mm512_set1_ps(p[r]), vv, a[r * VC + c]);

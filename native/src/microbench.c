@@ -6,7 +6,15 @@
 #include "common.h"
 #include "sdpa_probe_machine.h"
 
-#if defined(__FMA__) && defined(__AVX__)
+#if defined(SDPA_HAVE_AVX512)
+/* the width the AVX-512 kernels (flash_x512.c) compute in */
+typedef __m512 mb_vec;
+#define MB_LANES 16
+#define MB_CHAINS 24 /* 32 zmm registers: 24 accumulators + multiplier + addend */
+#define MB_FUSED 1
+#define MB_FMA(a, m, k) _mm512_fmadd_ps((a), (m), (k))
+#define MB_SET1(x) _mm512_set1_ps(x)
+#elif defined(__FMA__) && defined(__AVX__)
 #include <immintrin.h>
 typedef __m256 mb_vec;
 #define MB_LANES 8
@@ -341,6 +349,19 @@ typedef struct {
     a7 = sdpa_ld8(p + 7 * 8 * (ISZ), DT, zp) * w + a7;                                \
   }
 
+#ifdef SDPA_HAVE_AVX512
+/* The AVX-512 kernels' 16-element conversion (sdpa_ld16), as MB_CVT_LOOP. */
+#define MB_CVT_ELEMS 128 /* per step: 8 vectors of 16 */
+#define MB_CVT16_LOOP(DT, ISZ)                                                        \
+  for (int64_t i = 0; i < c->iters; i++) {                                            \
+    const char *p = src + (i & (MB_CVT_SRC_BYTES / (128 * (ISZ)) - 1)) * 128 * (ISZ); \
+    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++)                              \
+      acc[k] = _mm512_fmadd_ps(sdpa_ld16(p + k * 16 * (ISZ), DT, zp), w, acc[k]);      \
+  }
+#else
+#define MB_CVT_ELEMS 64 /* per step: 8 vectors of 8 */
+#endif
+
 static void cvt_task(void *vctx, int64_t task, int thread) {
   cvt_ctx *c = vctx;
   _Alignas(64) char src[MB_CVT_SRC_BYTES];
@@ -348,6 +369,25 @@ static void cvt_task(void *vctx, int64_t task, int thread) {
     uint16_t h = (uint16_t)(0x3c00u + (uint16_t)((i + task) & 63)); /* F16 in [1, 1.07) */
     memcpy(src + i, &h, 2);
   }
+#ifdef SDPA_HAVE_AVX512
+  {
+    const __m512 w = _mm512_set1_ps(1e-6f);
+    const __m512i zp = _mm512_set1_epi32(3);
+    __m512 acc[8];
+    for (int k = 0; k < 8; k++) acc[k] = _mm512_setzero_ps();
+    if (c->dtype == SDPA_F16) {
+      MB_CVT16_LOOP(SDPA_F16, 2)
+    } else if (c->dtype == SDPA_BF16) {
+      MB_CVT16_LOOP(SDPA_BF16, 2)
+    } else {
+      MB_CVT16_LOOP(SDPA_I8, 1)
+    }
+    __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])),
+                             _mm512_add_ps(_mm512_add_ps(acc[4], acc[5]), _mm512_add_ps(acc[6], acc[7])));
+    c->sink[thread].v += (double)_mm512_reduce_add_ps(t);
+    return;
+  }
+#endif
   const v8f w = v8f_set1(1e-6f);
   const v8i zp = (v8i){3, 3, 3, 3, 3, 3, 3, 3};
   v8f a0 = v8f_set1(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
@@ -373,7 +413,7 @@ int sdpa_probe_mb_convert(int32_t dtype, int32_t n_threads, int64_t iters_per_th
   memset(c, 0, sizeof *c);
   c->dtype = dtype;
   c->iters = iters_per_thread / MB_FMA_TASKS_PER_THREAD;
-  run_per_thread(nt, cvt_task, c, c->sink, c->iters, 64.0, reps, out);
+  run_per_thread(nt, cvt_task, c, c->sink, c->iters, MB_CVT_ELEMS, reps, out);
   sdpa_probe_free(c);
   return SDPA_PROBE_MB_OK;
 }

@@ -75,7 +75,8 @@ def _roofline_table(r: dict, m: dict) -> Table:
            f"{'' if fb['fused'] else ' (mul+add, not fused)'}, best of {rounds}{p['fma_reps']}")
     t.add_row("F32 FMA, 1 thread", f"{r['fma_gflops_1t']:.1f} GFLOP/s", fma)
     t.add_row(f"F32 FMA, {_threads(nt)}", f"{r['fma_gflops_all']:.1f} GFLOP/s", fma)
-    cvt = f"the kernels' 8-wide conversion + FMA, L1-resident, best of {rounds}{p['cvt_reps']}"
+    cvt = (f"the kernels' {fb['lanes']}-wide conversion + FMA, L1-resident, best of "
+           f"{rounds}{p['cvt_reps']}")
     for dt in machine.CONVERT_DTYPES:
         t.add_row(f"{dt} -> F32, {_threads(nt)}", f"{r[f'cvt_{dt}_gelems_all']:.2f} G/s",
                   f"{cvt} ({r[f'cvt_{dt}_gelems_1t']:.2f} G/s with 1 thread)")
