@@ -38,9 +38,10 @@
 #define FX512 1
 #endif
 
-#ifndef FX_PF
+/* The cross prefetch (V rows of a block while its scores run, the next block's K
+ * rows while P.V runs): to L1, measured 2-3 % ahead of L2 (prefetcht1) and 10 % ahead
+ * of no K prefetch with inputs rotated past the L3 (Zen 5, 2 threads, interleaved). */
 #define FX_PF _MM_HINT_T0
-#endif
 #define FX_PAD16(n) (((n) + 15) & ~(int64_t)15)
 
 int64_t flash_x512_scratch_floats(int64_t nh, int64_t R, int64_t kv_block) {
@@ -229,6 +230,7 @@ typedef struct {
   __m512i head_of_lane; /* f / R: the lane's head within its chunk */
   __m512i row_of_lane;  /* the lane's query row */
   __m512i lim;          /* the lane's query row sees keys [0, lim) */
+  int all_visible;       /* every row sees every key of the block */
 } fx_lanes;
 
 SDPA_INLINE fx_lanes fx_lanes_of(const int R, const flash_x512_block *b) {
@@ -238,7 +240,9 @@ SDPA_INLINE fx_lanes fx_lanes_of(const int R, const flash_x512_block *b) {
     il[f] = (int32_t)((f % R) % b->qbr); /* row r = g * qbr + i */
     ll[f] = (int32_t)b->lim[il[f]];
   }
-  fx_lanes L = {_mm512_loadu_si512(hl), _mm512_loadu_si512(il), _mm512_loadu_si512(ll)};
+  int all = 1;
+  for (int64_t i = 0; i < b->qbr; i++) all &= b->lim[i] >= b->n;
+  fx_lanes L = {_mm512_loadu_si512(hl), _mm512_loadu_si512(il), _mm512_loadu_si512(ll), all};
   return L;
 }
 
@@ -286,11 +290,16 @@ SDPA_INLINE void fx_scores(const int R, const int KDT, const int IQK, const int 
           x = _mm512_mul_ps(x, ksc);
         }
       }
-      const __mmask16 vis = _mm512_cmpgt_epi32_mask(L->lim, _mm512_set1_epi32((int32_t)j));
-      if (b->mask)
-        x = _mm512_mask_add_ps(
-            x, vis, x, _mm512_permutexvar_ps(L->row_of_lane, _mm512_loadu_ps(b->mask + j * 16)));
-      x = _mm512_mask_blend_ps(vis, ninf, x);
+      if (L->all_visible) {
+        if (b->mask)
+          x = _mm512_add_ps(x, _mm512_permutexvar_ps(L->row_of_lane, _mm512_loadu_ps(b->mask + j * 16)));
+      } else {
+        const __mmask16 vis = _mm512_cmpgt_epi32_mask(L->lim, _mm512_set1_epi32((int32_t)j));
+        if (b->mask)
+          x = _mm512_mask_add_ps(
+              x, vis, x, _mm512_permutexvar_ps(L->row_of_lane, _mm512_loadu_ps(b->mask + j * 16)));
+        x = _mm512_mask_blend_ps(vis, ninf, x);
+      }
       mxc = _mm512_max_ps(mxc, x);
       nanc |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
       _mm512_storeu_ps(s, x);
@@ -369,6 +378,11 @@ SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const flash_x512
   const int64_t isz = fx_isz(DT);
   for (int64_t j = 0; j < n; j += FX_PV_KEYS) {
     const int64_t kn = n - j < FX_PV_KEYS ? n - j : FX_PV_KEYS;
+    if (b->pf_bytes && j < b->next_n) { /* the next block's K rows, which its scores read first */
+      const int64_t m = b->next_n - j < FX_PV_KEYS ? b->next_n - j : FX_PV_KEYS;
+      const char *k = b->next_k + j * b->ks1;
+      for (int64_t o = 0; o < m * b->pf_bytes; o += 64) _mm_prefetch(k + o, FX_PF);
+    }
     const char *vj = b->V + j * b->vs1;
     for (int64_t h = 0; h < nh; h++, vj += b->vs2) {
       float *acc = b->acc + h * R * D;
