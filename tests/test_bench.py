@@ -144,7 +144,7 @@ def test_cli_refuses_unknown_peer_and_shape():
 
 # ---- regression guards: ratios only --------------------------------------------------
 
-def _ratio(shape: str, kernel: str, peer: str, attempts: int = 3, want: float = 1.0) -> float:
+def _ratio(shape: str, kernel: str, peer: str, attempts: int = 5, want: float = 1.0) -> float:
     """Median(peer) / median(kernel), both measured in the same interleaved run; the
     best of a few attempts (a shared machine has bursts of other work)."""
     best = 0.0
@@ -171,12 +171,12 @@ def test_flash_decode_beats_the_decomposed_graph():
 
 
 def test_flash_decode_beats_torch():
-    # measured here: 2.2x - 2.6x at kv 8192 (2 threads each)
+    # measured here: 2.2x - 2.6x at kv 8192 (2 threads each; Zen 1), 3.2x - 4.3x (Zen 5, AVX-512)
     assert _ratio("decode-h32kv8d64-kv8192-f32", "flash", "torch", want=1.3) >= 1.3
 
 
 def test_flash_prefill_keeps_up_with_torch():
-    # measured here: ~1.5x on this smaller causal prefill
+    # measured here: ~1.5x on this smaller causal prefill (Zen 1); 1.3-1.8x on Zen 5
     assert _ratio("prefill-h8kv2d64-q256-kv256-causal-f32", "flash", "torch", want=0.8) >= 0.8
 
 

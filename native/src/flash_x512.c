@@ -392,14 +392,17 @@ SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const flash_x512
         const int64_t left = (D - d) / 16;
         const int vc = left >= VMAX ? VMAX : (int)left;
 #define FX_PV_CALL(VC, KN) fx_pv_head(R, VC, DT, KN, acc + d, D, vj + d * isz, b->vs1, vz, nh, p, rp)
-#define FX_PV_VC(VC)                                   \
-  case VC:                                             \
-    if (VC <= VMAX) {                                  \
-      if (kn == FX_PV_KEYS) FX_PV_CALL(VC, FX_PV_KEYS); \
-      else if (kn == 3) FX_PV_CALL(VC, 3);             \
-      else if (kn == 2) FX_PV_CALL(VC, 2);             \
-      else FX_PV_CALL(VC, 1);                          \
-    }                                                  \
+#define FX_PV_VC(VC)                                                                  \
+  case VC:                                                                            \
+    if (VC <= VMAX) {                                                                 \
+      if (kn == FX_PV_KEYS) {                                                         \
+        FX_PV_CALL(VC, FX_PV_KEYS);                                                   \
+      } else { /* the block's last keys, one at a time */                             \
+        for (int64_t k = 0; k < kn; k++)                                              \
+          fx_pv_head(R, VC, DT, 1, acc + d, D, vj + k * b->vs1 + d * isz, b->vs1,    \
+                     vz ? vz + k * nh : vz, nh, p + k * rp, rp);                      \
+      }                                                                               \
+    }                                                                                 \
     break;
         switch (vc) {
           FX_PV_VC(1) FX_PV_VC(2) FX_PV_VC(3) FX_PV_VC(4)
