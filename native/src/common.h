@@ -36,6 +36,25 @@ SDPA_INLINE float v8f_hmax(v8f x) {
   return m;
 }
 
+/* The range reduction and polynomial of the kernels' vector exp (Cephes), shared by
+ * every width: x clamped to [SDPA_EXP_LO, SDPA_EXP_HI], n = round(x log2 e),
+ * r = x - n ln 2 (in two parts), exp(x) = 2^n (1 + r + r^2 p(r)). */
+#define SDPA_EXP_LO -87.3365447505531f
+#define SDPA_EXP_HI 88.3762626647949f
+#define SDPA_EXP_LOG2E 1.44269504088896341f
+#define SDPA_EXP_LN2_HI 0.693359375f
+#define SDPA_EXP_LN2_LO -2.12194440e-4f
+/* p = p(r) by Horner, with FMA(a, b, c) = a * b + c and SET1 a broadcast */
+#define SDPA_EXP_POLY(FMA, SET1, r, p)           \
+  do {                                           \
+    (p) = SET1(1.9875691500E-4f);                \
+    (p) = FMA((p), (r), SET1(1.3981999507E-3f)); \
+    (p) = FMA((p), (r), SET1(8.3334519073E-3f)); \
+    (p) = FMA((p), (r), SET1(4.1665795894E-2f)); \
+    (p) = FMA((p), (r), SET1(1.6666665459E-1f)); \
+    (p) = FMA((p), (r), SET1(5.0000001201E-1f)); \
+  } while (0)
+
 /* exp(x) for 8 lanes, Cephes-style range reduction and degree-6 polynomial
  * (about 2 ulp). exp(-inf) = 0 and exp(x < -87.3) = 0; NaN propagates. */
 SDPA_INLINE v8f v8f_select(v8i m, v8f a, v8f b) { /* m ? a : b, lane-wise */

@@ -656,20 +656,16 @@ typedef struct {
  * rounding instruction. exp(x < -87.34) = 0, exp(-inf) = 0, NaN propagates. */
 SDPA_INLINE v8f fc_exp(v8f x) {
 #ifdef FC_X86
-  const __m256 lo = _mm256_set1_ps(-87.3365447505531f), hi = _mm256_set1_ps(88.3762626647949f);
+  const __m256 lo = _mm256_set1_ps(SDPA_EXP_LO), hi = _mm256_set1_ps(SDPA_EXP_HI);
   __m256 X = (__m256)x;
   __m256 keep = _mm256_cmp_ps(X, lo, _CMP_NLT_UQ); /* x >= lo, or NaN */
   __m256 xc = _mm256_min_ps(hi, _mm256_max_ps(lo, X)); /* NaN passes through (src2) */
-  __m256 fx = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+  __m256 fx = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(SDPA_EXP_LOG2E)),
                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), xc);
-  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500E-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(SDPA_EXP_LN2_HI), xc);
+  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(SDPA_EXP_LN2_LO), r);
+  __m256 p;
+  SDPA_EXP_POLY(_mm256_fmadd_ps, _mm256_set1_ps, r, p);
   p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
   __m256i n = _mm256_cvtps_epi32(fx);
   __m256 pow2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));

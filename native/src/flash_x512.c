@@ -200,19 +200,15 @@ SDPA_INLINE __m512 fx_dot_iq(const int R, const int16_t *SDPA_RESTRICT Qp, int64
  * range reduction and polynomial of flash_core's fc_exp, 16 lanes, scalef for
  * the power of two. exp(x < -87.34) = 0, exp(-inf) = 0, NaN propagates. */
 SDPA_INLINE __m512 fx_exp(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-87.3365447505531f), hi = _mm512_set1_ps(88.3762626647949f);
+  const __m512 lo = _mm512_set1_ps(SDPA_EXP_LO), hi = _mm512_set1_ps(SDPA_EXP_HI);
   const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ); /* x >= lo, or NaN */
   const __m512 xc = _mm512_min_ps(hi, _mm512_max_ps(lo, x));    /* NaN passes through */
-  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(SDPA_EXP_LOG2E)),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), xc);
-  r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500E-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+  __m512 r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(SDPA_EXP_LN2_HI), xc);
+  r = _mm512_fnmadd_ps(fx, _mm512_set1_ps(SDPA_EXP_LN2_LO), r);
+  __m512 p;
+  SDPA_EXP_POLY(_mm512_fmadd_ps, _mm512_set1_ps, r, p);
   p = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
   return _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, fx));
 }
