@@ -150,6 +150,9 @@ SDPA_INLINE uint16_t sdpa_f32_to_f16(float f) {
 #endif
 }
 
+/* Bytes of one element of a storage dtype. */
+SDPA_INLINE int64_t sdpa_isz(int32_t dt) { return dt == SDPA_F32 ? 4 : dt == SDPA_I8 ? 1 : 2; }
+
 /* 8 consecutive elements of dtype DT at p as float; I8 gives (x - zp). The
  * conversion in the kernels' inner loops, and the one `probe info` times. */
 SDPA_INLINE v8f sdpa_ld8(const char *p, const int DT, v8i zp) {

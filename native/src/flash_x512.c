@@ -86,8 +86,6 @@ void flash_x512_pack_q(const void *Q, int64_t nh, int64_t R, int64_t D, int64_t 
       }
 }
 
-SDPA_INLINE int64_t fx_isz(int DT) { return DT == SDPA_F32 ? 4 : DT == SDPA_I8 ? 1 : 2; }
-
 /* Lane i of the result is the sum of the lanes of a[i]: four levels of
  * shuffle-and-add, the leaves taken in the order that lands a[i]'s sum in
  * lane i. FX_ADD / FX_SH* work on float or int32 lanes. */
@@ -128,7 +126,7 @@ SDPA_INLINE __mmask16 fx_first(int64_t m) { /* lanes [0, m) */
 SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRICT Qp, int64_t D,
                             const char *kh, int64_t ks2, int64_t nhc, const int32_t *kz) {
   const int HPC = 16 / R;
-  const int64_t isz = fx_isz(DT);
+  const int64_t isz = sdpa_isz(DT);
   const char *kr[16];
   __m512i zk[16];
 #pragma GCC unroll 16
@@ -341,7 +339,7 @@ SDPA_INLINE void fx_pv_head(const int R, const int VC, const int DT, const int K
                             float *SDPA_RESTRICT acc, int64_t D, const char *v, int64_t vs1,
                             const int32_t *vz, int64_t zs, const float *SDPA_RESTRICT p,
                             int64_t ps) {
-  const int64_t isz = fx_isz(DT);
+  const int64_t isz = sdpa_isz(DT);
   __m512 a[16];
 #pragma GCC unroll 16
   for (int r = 0; r < R; r++)
@@ -371,7 +369,7 @@ SDPA_INLINE void fx_pv_head(const int R, const int VC, const int DT, const int K
 SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const flash_x512_block *b) {
   const int VMAX = R == 1 ? 8 : 16 / R;
   const int64_t D = DC ? DC : b->D, n = b->n, nh = b->nh, rp = FX_PAD16(nh * R);
-  const int64_t isz = fx_isz(DT);
+  const int64_t isz = sdpa_isz(DT);
   for (int64_t j = 0; j < n; j += FX_PV_KEYS) {
     const int64_t kn = n - j < FX_PV_KEYS ? n - j : FX_PV_KEYS;
     if (b->pf_bytes && j < b->next_n) { /* the next block's K rows, which its scores read first */

@@ -11,9 +11,7 @@
 
 #include "common.h"
 
-#ifndef FLASH_X512_KV_BLOCK
-#define FLASH_X512_KV_BLOCK 32
-#endif /* keys per block */
+#define FLASH_X512_KV_BLOCK 32 /* keys per block (sdpa_probe/cases.py X512_KV_BLOCK) */
 
 typedef struct flash_x512_block {
   int64_t nh, R, qbr; /* kv heads, rows per head (1, 2, 4, 8 or 16), query rows */

@@ -349,6 +349,17 @@ typedef struct {
     a7 = sdpa_ld8(p + 7 * 8 * (ISZ), DT, zp) * w + a7;                                \
   }
 
+/* LOOP for the benchmark's dtype, each instantiated with its element size. */
+#define MB_CVT_DISPATCH(LOOP)       \
+  do {                              \
+    if (c->dtype == SDPA_F16)       \
+      LOOP(SDPA_F16, 2)             \
+    else if (c->dtype == SDPA_BF16) \
+      LOOP(SDPA_BF16, 2)            \
+    else                            \
+      LOOP(SDPA_I8, 1)              \
+  } while (0)
+
 #ifdef SDPA_HAVE_AVX512
 /* The AVX-512 kernels' 16-element conversion (sdpa_ld16), as MB_CVT_LOOP. */
 #define MB_CVT_ELEMS 128 /* per step: 8 vectors of 16 */
@@ -375,13 +386,7 @@ static void cvt_task(void *vctx, int64_t task, int thread) {
     const __m512i zp = _mm512_set1_epi32(3);
     __m512 acc[8];
     for (int k = 0; k < 8; k++) acc[k] = _mm512_setzero_ps();
-    if (c->dtype == SDPA_F16) {
-      MB_CVT16_LOOP(SDPA_F16, 2)
-    } else if (c->dtype == SDPA_BF16) {
-      MB_CVT16_LOOP(SDPA_BF16, 2)
-    } else {
-      MB_CVT16_LOOP(SDPA_I8, 1)
-    }
+    MB_CVT_DISPATCH(MB_CVT16_LOOP);
     __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])),
                              _mm512_add_ps(_mm512_add_ps(acc[4], acc[5]), _mm512_add_ps(acc[6], acc[7])));
     c->sink[thread].v += (double)_mm512_reduce_add_ps(t);
@@ -391,13 +396,7 @@ static void cvt_task(void *vctx, int64_t task, int thread) {
   const v8f w = v8f_set1(1e-6f);
   const v8i zp = (v8i){3, 3, 3, 3, 3, 3, 3, 3};
   v8f a0 = v8f_set1(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
-  if (c->dtype == SDPA_F16) {
-    MB_CVT_LOOP(SDPA_F16, 2)
-  } else if (c->dtype == SDPA_BF16) {
-    MB_CVT_LOOP(SDPA_BF16, 2)
-  } else {
-    MB_CVT_LOOP(SDPA_I8, 1)
-  }
+  MB_CVT_DISPATCH(MB_CVT_LOOP);
   v8f t = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
   c->sink[thread].v += (double)v8f_hsum(t);
 }
