@@ -151,3 +151,36 @@ def test_nan_in_a_visible_key_poisons_only_its_rows(dtype, q_len):
         np.testing.assert_array_equal(vals[0, i, 0:4], ref[0, i, 0:4])
         if not sees:
             np.testing.assert_array_equal(vals[0, i, 4:8], ref[0, i, 4:8])
+
+
+@pytest.mark.parametrize("q_len", [1, 4])
+def test_quant_params_read_in_place_or_copied_agree(q_len):
+    """quant_int8 reads per-token scales and zero points in place when each position's
+    heads are adjacent, and copies them per block otherwise (strided, or no zero
+    point): both give the same result to the bit. GQA decode shapes, integer Q.K^T."""
+    case = Case("qp", q_len=q_len, kv_len=77, causal=True, start_pos=77 - q_len,
+                n_heads=16, n_kv_heads=4, head_dim=64, dtype="i8")
+    data = materialise(case)
+
+    def run():
+        buf = out_buffer(case)
+        NativeBackend("quant_int8").run(data, buf)
+        return buf.values()
+
+    def strided(a):  # the same values, every other element of a wider array
+        wide = np.zeros(a.shape[:2] + (2 * a.shape[2],), dtype=a.dtype)
+        wide[..., ::2] = a
+        return wide[..., ::2]
+
+    direct = run()
+    for name in ("k_store", "v_store", "q_store"):
+        t = getattr(data, name)
+        t.scale, t.zero_point = strided(t.scale), strided(t.zero_point)
+    np.testing.assert_array_equal(run(), direct)
+    for name in ("k_store", "v_store"):  # zero points of 0, given or not
+        getattr(data, name).zero_point[...] = 0
+    zeros = run()
+    for name in ("k_store", "v_store"):
+        getattr(data, name).zero_point = None
+    np.testing.assert_array_equal(run(), zeros)
+    assert not np.array_equal(zeros, direct)

@@ -88,7 +88,7 @@ static int64_t per_thread_floats(const flash_ctx *c) {
     n += flash_x512_scratch_floats(c->hc, R, kvb) + flash_x512_packed_q_floats(c->hc, R, D);
     n += 16 * kvb; /* the block's mask, key-major */
     if (c->a->k.dtype == SDPA_I8) n += 4 * kvb * c->hc; /* scales and zero points, [key][head] */
-    if (c->iqk) n += 2 * PAD16(RH);
+    if (c->iqk) n += 3 * PAD16(RH); /* per row: scale * q_scale, sum(q - zq), zq */
     return n;
   }
   if (c->fast) {
@@ -762,6 +762,7 @@ typedef struct {
   float *ksc, *vsc;  /* fast path, I8: per-key scales of the block */
   float *qf;         /* integer Q.K^T: scale * q_scale per row; Q then holds (q - zq) as int16 */
   float *qs;         /* integer Q.K^T: sum of (q - zq) per row (an integer, exact) */
+  float *qz;         /* x512, integer Q.K^T: zq per row (flash_x512_pack_q wants q itself) */
   float *KT;         /* panel: the K block transposed, [D][kvp], dequantised */
   float *Qp, *mk;    /* x512: Q packed (flash_x512_pack_q), the block's mask [key][16] */
   int32_t *kz, *vz;  /* fast path, I8: per-key zero points of the block */
@@ -1086,26 +1087,32 @@ static thread_bufs head_bufs(const flash_ctx *c, const thread_bufs *all, int64_t
   tb.l += h_local * c->R_max;
   if (tb.qf) tb.qf += h_local * c->R_max;
   if (tb.qs) tb.qs += h_local * c->R_max;
+  if (tb.qz) tb.qz += h_local * c->R_max;
   return tb;
 }
 
 /* The per-token scales and zero points of keys [j0, j0 + nk), heads [hk0, hk0 + nh)
- * of an int8 tensor, key-major ([key][head]); a position's heads back to back are
- * copied a row at a time. */
-static void x512_qparams(const sdpa_tensor *t, int64_t b, int64_t j0, int64_t nk, int64_t hk0,
-                         int64_t nh, float *sc, int32_t *zp) {
-  for (int64_t j = 0; j < nk; j++, sc += nh, zp += nh) {
-    const int64_t qo = b * t->qstride[0] + (j0 + j) * t->qstride[1] + hk0 * t->qstride[2];
-    if (t->qstride[2] == 1) {
-      memcpy(sc, t->scale + qo, (size_t)nh * sizeof(float));
-      if (t->zero_point)
-        for (int64_t h = 0; h < nh; h++) zp[h] = t->zero_point[qo + h];
-      else
-        memset(zp, 0, (size_t)nh * sizeof(int32_t));
-    } else {
-      for (int64_t h = 0; h < nh; h++) sdpa_qparams(t, b, j0 + j, hk0 + h, &sc[h], &zp[h]);
-    }
+ * of an int8 tensor for the block path, key-major with heads adjacent: read in
+ * place when the tensor has them so (a copy per block cost 10 % at (32, 8, 64),
+ * Zen 5), else copied into sc / zp with nh elements a key. Returns the key stride. */
+static int64_t x512_qparams(const sdpa_tensor *t, int64_t b, int64_t j0, int64_t nk,
+                            int64_t hk0, int64_t nh, float *sc, int8_t *zp, const float **sc_out,
+                            const int8_t **zp_out) {
+  const int64_t qo = b * t->qstride[0] + j0 * t->qstride[1] + hk0 * t->qstride[2];
+  if (t->qstride[2] == 1 && t->zero_point) {
+    *sc_out = t->scale + qo;
+    *zp_out = t->zero_point + qo;
+    return t->qstride[1];
   }
+  for (int64_t j = 0; j < nk; j++, sc += nh, zp += nh)
+    for (int64_t h = 0; h < nh; h++) {
+      int32_t z;
+      sdpa_qparams(t, b, j0 + j, hk0 + h, &sc[h], &z);
+      zp[h] = (int8_t)z;
+    }
+  *sc_out = sc - nk * nh;
+  *zp_out = zp - nk * nh;
+  return nh;
 }
 
 /* Keys [j0, j1) of every kv head of the task on the AVX-512 block path. */
@@ -1126,9 +1133,12 @@ static void x512_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk0, in
     for (int64_t j = 0; j < nk; j++)
       for (int64_t i = 0; i < qbr; i++)
         tb->mk[j * 16 + i] = a->mask[(q0 + i) * a->mask_row_stride + j0 + j];
+  const float *ksc = NULL, *vsc = NULL;
+  const int8_t *kz = NULL, *vz = NULL;
+  int64_t kq1 = 0, vq1 = 0;
   if (a->k.dtype == SDPA_I8) {
-    x512_qparams(&a->k, b, j0, nk, hk0, nh, tb->ksc, tb->kz);
-    x512_qparams(&a->v, b, j0, nk, hk0, nh, tb->vsc, tb->vz);
+    kq1 = x512_qparams(&a->k, b, j0, nk, hk0, nh, tb->ksc, (int8_t *)tb->kz, &ksc, &kz);
+    vq1 = x512_qparams(&a->v, b, j0, nk, hk0, nh, tb->vsc, (int8_t *)tb->vz, &vsc, &vz);
   }
   const int64_t ki = sdpa_isz(a->k.dtype), vi = ki; /* K and V share a dtype here */
   /* the rows of a position's heads back to back, K as V: the block path prefetches */
@@ -1143,7 +1153,7 @@ static void x512_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk0, in
       .V = (const char *)a->v.data + sdpa_row_offset(&a->v, b, j0, hk0) * vi,
       .ks1 = a->k.stride[1] * ki, .ks2 = a->k.stride[2] * ki,
       .vs1 = a->v.stride[1] * vi, .vs2 = a->v.stride[2] * vi,
-      .ksc = tb->ksc, .vsc = tb->vsc, .kz = tb->kz, .vz = tb->vz,
+      .ksc = ksc, .vsc = vsc, .kz = kz, .vz = vz, .kq1 = kq1, .vq1 = vq1,
       .lim = lim, .mask = use_mask ? tb->mk : NULL,
       .acc = tb->acc, .m = tb->m, .l = tb->l, .S = tb->S,
       .pf_bytes = dense ? nh * c->D * ki : 0, .next_k = K + nk * a->k.stride[1] * ki, .next_n = next_n};
@@ -1259,6 +1269,7 @@ static void flash_task(void *vctx, int64_t t, int thread) {
     if (c->iqk) {
       tb.qf = next;
       tb.qs = next + PAD16(c->hc * c->R_max);
+      tb.qz = next + 2 * PAD16(c->hc * c->R_max);
     }
   } else if (c->fast) {
     float *next = tb.S + FC_TILE * kvp;
@@ -1308,6 +1319,7 @@ static void flash_task(void *vctx, int64_t t, int thread) {
           }
           hb.qf[r] = sq * c->scale;
           hb.qs[r] = (float)sum;
+          if (hb.qz) hb.qz[r] = (float)zq;
         } else {
           sdpa_load_token(&a->q, b, q0 + ii, (hk0 + h) * c->G + g, D, q);
           fc_scal(q, c->scale, D);
@@ -1320,7 +1332,7 @@ static void flash_task(void *vctx, int64_t t, int thread) {
   }
 
   if (c->x512) /* every row of the task is loaded: pack Q for the block path */
-    flash_x512_pack_q(tb.Q, nh, c->R_max, D, c->iqk ? 2 * c->R_max * D : c->R_max * D, c->iqk,
+    flash_x512_pack_q(tb.Q, nh, c->R_max, D, c->iqk ? 2 * c->R_max * D : c->R_max * D, tb.qz,
                       tb.Qp);
 
   int64_t lo = split * c->split_len;

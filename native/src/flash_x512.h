@@ -19,14 +19,15 @@ typedef struct flash_x512_block {
   int64_t n;          /* keys in the block (<= FLASH_X512_KV_BLOCK) */
   int kdt, vdt;       /* K / V storage dtypes */
   int iqk;            /* int8 Q and K: integer Q.K^T */
-  const void *Qp;     /* Q packed by flash_x512_pack_q (pre-scaled F32, or (q - zq) int16) */
+  const void *Qp;     /* Q packed by flash_x512_pack_q (pre-scaled F32, or int8 Q's layouts) */
   const float *qf;    /* iqk, [nh * R]: scale * q_scale per row */
   const float *qs;    /* iqk, [nh * R]: sum(q - zq) per row */
   const char *K, *V;  /* the block's first key of head 0 */
   int64_t ks1, ks2;   /* K bytes: next key, next head */
   int64_t vs1, vs2;   /* V bytes: next key, next head */
-  const float *ksc, *vsc; /* I8, [n][nh]: per-key scales */
-  const int32_t *kz, *vz; /* I8, [n][nh]: per-key zero points */
+  const float *ksc, *vsc; /* I8: per-key scales, key j's heads at j * kq1 (vq1) on */
+  const int8_t *kz, *vz;  /* I8: per-key zero points, laid out as the scales */
+  int64_t kq1, vq1;       /* I8: scale / zero point elements from one key to the next */
   const int64_t *lim;     /* [qbr]: query row i sees keys [0, lim[i]) of the block */
   const float *mask;      /* [n][16]: query row i's additive mask of key j at j * 16 + i, or NULL */
   float *acc, *m, *l;     /* [nh * R][D], [nh * R], [nh * R]: running output, max, sum */
@@ -42,9 +43,10 @@ int64_t flash_x512_scratch_floats(int64_t nh, int64_t R, int64_t kv_block);
 /* Floats of the packed Q of nh * R rows. */
 int64_t flash_x512_packed_q_floats(int64_t nh, int64_t R, int64_t D);
 /* Packs the nh * R rows of Q for the block path: row r of head h at element
- * h * head_stride + r * D of Q (F32, or int16 when iqk). */
+ * h * head_stride + r * D of Q, F32, or (q - zq) as int16 when qz (zq per
+ * row) is given, which is the integer Q.K^T of int8 Q. */
 void flash_x512_pack_q(const void *Q, int64_t nh, int64_t R, int64_t D, int64_t head_stride,
-                       int iqk, void *Qp);
+                       const float *qz, void *Qp);
 /* Runs the block (a no-op in a build without AVX-512). */
 void flash_x512_run(const flash_x512_block *b);
 
