@@ -46,6 +46,7 @@
  * of no K prefetch with inputs rotated past the L3 (Zen 5, 2 threads, interleaved). */
 #define FX_PF _MM_HINT_T0
 #define FX_PAD16(n) (((n) + 15) & ~(int64_t)15)
+
 /* int8 Q and K with at least 4 rows per head: Q.K^T by the transposed VNNI path
  * (fx_scores_iqt); fewer rows do not pay back the K transpose. */
 #ifdef __AVX512VNNI__
@@ -386,9 +387,14 @@ SDPA_INLINE void fx_dot_iqt(const int R, const int DC, const flash_x512_block *b
       const int64_t w = ndw - g0 < 16 ? ndw - g0 : 16;
       const __mmask16 dw = fx_first(w);
       __m512i kt[16];
+      if (nk == 16 && w == 16) { /* (plain loads: the common case) */
 #pragma GCC unroll 16
-      for (int t = 0; t < 16; t++)
-        kt[t] = _mm512_maskz_loadu_epi32(t < nk ? dw : 0, kh + t * b->ks1 + g0 * 4);
+        for (int t = 0; t < 16; t++) kt[t] = _mm512_loadu_si512((const void *)(kh + t * b->ks1 + g0 * 4));
+      } else {
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; t++)
+          kt[t] = _mm512_maskz_loadu_epi32(t < nk ? dw : 0, kh + t * b->ks1 + g0 * 4);
+      }
       fx_transpose16(kt);
 #pragma GCC unroll 16
       for (int g = 0; g < 16; g++) {
