@@ -18,7 +18,7 @@
  * - Softmax, vertical: a row's max, NaN check, exp and sum are lane-wise
  *   across the block's keys, so there is no horizontal reduction at all; the
  *   rescale factors of 16 rows come from one vector exp.
- * - P.V, 16 keys at a time: for each head, a slice of up to 8 vectors of
+ * - P.V, 4 keys at a time: for each head, a slice of up to 8 vectors of
  *   each of its rows' accumulator in registers while the keys' V rows stream
  *   through.
  * - int8 K/V: (x - zero point) in int32 then converted, in registers; the
@@ -528,12 +528,13 @@ SDPA_INLINE void fx_pv_head(const int R, const int VC, const int DT, const int K
     for (int c = 0; c < VC; c++) _mm512_storeu_ps(acc + r * D + 16 * c, a[r * VC + c]);
 }
 
-/* acc += P.V over the block: FX_PV_KEYS keys at a time (the tail 4 and then 1
- * at a time), every head in turn, a slice of 16 / R vectors (at most 8) of each
+/* acc += P.V over the block: FX_PV_KEYS keys at a time (the tail 1 at a
+ * time), every head in turn, a slice of 16 / R vectors (at most 8) of each
  * row's accumulator in registers while the keys' V rows of its head stream
- * through. 16 keys a time against 4: 5-9 % faster at (32, 8, 64) int8 and F16,
- * the accumulator loaded and stored a quarter as often (Zen 5, interleaved). */
-#define FX_PV_KEYS 16
+ * through. 16 keys a time were 5-20 % faster warm but 10-20 % slower with the
+ * K/V coming from DRAM (the next block's K prefetch, issued per pass, comes in
+ * fewer, larger bursts), as in decode of a many-layer model (Zen 5, A/B). */
+#define FX_PV_KEYS 4
 SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const flash_x512_block *b) {
   const int VMAX = R == 1 ? 8 : 16 / R;
   const int64_t D = DC ? DC : b->D, n = b->n, nh = b->nh, rp = FX_PAD16(nh * R);
