@@ -1104,14 +1104,14 @@ static int64_t x512_qparams(const sdpa_tensor *t, int64_t b, int64_t j0, int64_t
     *zp_out = t->zero_point + qo;
     return t->qstride[1];
   }
-  for (int64_t j = 0; j < nk; j++, sc += nh, zp += nh)
+  *sc_out = sc;
+  *zp_out = zp;
+  for (int64_t j = 0; j < nk; j++)
     for (int64_t h = 0; h < nh; h++) {
       int32_t z;
-      sdpa_qparams(t, b, j0 + j, hk0 + h, &sc[h], &z);
-      zp[h] = (int8_t)z;
+      sdpa_qparams(t, b, j0 + j, hk0 + h, &sc[j * nh + h], &z);
+      zp[j * nh + h] = (int8_t)z;
     }
-  *sc_out = sc - nk * nh;
-  *zp_out = zp - nk * nh;
   return nh;
 }
 
@@ -1333,7 +1333,7 @@ static void flash_task(void *vctx, int64_t t, int thread) {
 
   if (c->x512) /* every row of the task is loaded: pack Q for the block path */
     flash_x512_pack_q(tb.Q, nh, c->R_max, D, c->iqk ? 2 * c->R_max * D : c->R_max * D, tb.qz,
-                      tb.Qp);
+                      tb.qs, tb.Qp);
 
   int64_t lo = split * c->split_len;
   int64_t hi = lo + c->split_len < a->kv_len ? lo + c->split_len : a->kv_len;

@@ -48,7 +48,7 @@
 #define FX_PAD16(n) (((n) + 15) & ~(int64_t)15)
 
 /* int8 Q and K with at least 4 rows per head: Q.K^T by the transposed VNNI path
- * (fx_scores_iqt); fewer rows do not pay back the K transpose. */
+ * (fx_dot_iqt); fewer rows do not pay back the K transpose. */
 #ifdef __AVX512VNNI__
 #define FX_IQT(R) ((R) >= 4)
 #else
@@ -68,8 +68,8 @@ int64_t flash_x512_packed_q_floats(int64_t nh, int64_t R, int64_t D) {
 
 int flash_x512_available(void) { return 0; }
 void flash_x512_pack_q(const void *Q, int64_t nh, int64_t R, int64_t D, int64_t head_stride,
-                       const float *qz, void *Qp) {
-  (void)Q, (void)nh, (void)R, (void)D, (void)head_stride, (void)qz, (void)Qp;
+                       const float *qz, const float *qs, void *Qp) {
+  (void)Q, (void)nh, (void)R, (void)D, (void)head_stride, (void)qz, (void)qs, (void)Qp;
 }
 void flash_x512_run(const flash_x512_block *b) { (void)b; }
 
@@ -82,7 +82,7 @@ int flash_x512_available(void) { return 1; }
  * (FX_IQT): int32 zq[row], int32 128 sum(q - zq)[row], then int8 q[row][D],
  * rows padded to a multiple of 16. */
 void flash_x512_pack_q(const void *Q, int64_t nh, int64_t R, int64_t D, int64_t head_stride,
-                       const float *qz, void *Qp) {
+                       const float *qz, const float *qs, void *Qp) {
   const int64_t rows = nh * R, nch = (rows + 15) / 16;
   if (qz && FX_IQT(R)) {
     int32_t *cz = (int32_t *)Qp, *cs = cz + 16 * nch;
@@ -92,13 +92,9 @@ void flash_x512_pack_q(const void *Q, int64_t nh, int64_t R, int64_t D, int64_t 
       const int64_t h = row / R, r = row % R;
       const int16_t *v = (const int16_t *)Q + h * head_stride + r * D; /* q - zq */
       const int32_t zq = (int32_t)qz[h * R + r];
-      int32_t sum = 0;
-      for (int64_t d = 0; d < D; d++) {
-        q[row * D + d] = (int8_t)(v[d] + zq);
-        sum += v[d];
-      }
+      for (int64_t d = 0; d < D; d++) q[row * D + d] = (int8_t)(v[d] + zq);
       cz[row] = zq;
-      cs[row] = 128 * sum;
+      cs[row] = 128 * (int32_t)qs[h * R + r]; /* (an integer, exact in float) */
     }
     return;
   }
@@ -562,10 +558,8 @@ SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const flash_x512
     if (VC <= VMAX) {                                                                 \
       if (kn == FX_PV_KEYS) {                                                         \
         FX_PV_CALL(VC, FX_PV_KEYS, 0);                                                \
-      } else { /* the block's last keys */                                            \
-        int64_t k = 0;                                                                \
-        for (; k + 4 <= kn; k += 4) FX_PV_CALL(VC, 4, k);                             \
-        for (; k < kn; k++) FX_PV_CALL(VC, 1, k);                                     \
+      } else { /* the block's last keys, one at a time */                             \
+        for (int64_t k = 0; k < kn; k++) FX_PV_CALL(VC, 1, k);                        \
       }                                                                               \
     }                                                                                 \
     break;

@@ -43,10 +43,10 @@ int64_t flash_x512_scratch_floats(int64_t nh, int64_t R, int64_t kv_block);
 /* Floats of the packed Q of nh * R rows. */
 int64_t flash_x512_packed_q_floats(int64_t nh, int64_t R, int64_t D);
 /* Packs the nh * R rows of Q for the block path: row r of head h at element
- * h * head_stride + r * D of Q, F32, or (q - zq) as int16 when qz (zq per
- * row) is given, which is the integer Q.K^T of int8 Q. */
+ * h * head_stride + r * D of Q, F32, or (q - zq) as int16 when qz is given,
+ * which is the integer Q.K^T of int8 Q (qz, qs: zq and sum(q - zq) per row). */
 void flash_x512_pack_q(const void *Q, int64_t nh, int64_t R, int64_t D, int64_t head_stride,
-                       const float *qz, void *Qp);
+                       const float *qz, const float *qs, void *Qp);
 /* Runs the block (a no-op in a build without AVX-512). */
 void flash_x512_run(const flash_x512_block *b);
 
