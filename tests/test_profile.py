@@ -280,8 +280,9 @@ def test_range_sweep_draws_and_saves_a_chart(tmp_path):
     for label, series in panels.items():
         assert len(series) == 4 and all(n == 3 for n in series.values())
         last = {o["name"]: o["median_ms"] for o in doc["sweep"][-1]["runs"][label]["ops"]}
-        top4 = sorted(last, key=lambda n: -last[n])[:4]
-        assert set(series) == set(top4)  # the top ops at the largest context
+        # the top ops at the largest context; equal medians (timer ticks) may go either way
+        shown, rest = [last[n] for n in series], [last[n] for n in last if n not in series]
+        assert set(series) <= set(last) and min(shown) >= max(rest)
     text = "".join(root.itertext())
     assert "machine:" in text and "build:" in text
 
