@@ -169,18 +169,22 @@ def semantics() -> dict:
 def versions() -> dict:
     import torch
 
+    from .build import cpu_model
+
     # torch's CPU kernels, and so torch_err, differ by the ISA they dispatch to
-    # (AVX2 / AVX512): a torch_err recorded under another one is not comparable
+    # (AVX2 / AVX512) and, through its BLAS's per-vendor and per-model code paths,
+    # by the CPU: the same torch read 1.15e-06 on a Zen 5 and 2.5e-06 on a Xeon,
+    # both AVX512. A torch_err recorded on another CPU is not comparable.
     return {"torch": torch.__version__, "numpy": np.__version__,
-            "torch_cpu": torch.backends.cpu.get_cpu_capability()}
+            "torch_cpu": torch.backends.cpu.get_cpu_capability(), "cpu": cpu_model()}
 
 
 def torch_err_comparable(man_a: dict | None, man_b: dict | None) -> bool:
     """Whether torch_err values recorded under these two manifests' versions can be
-    compared: the same torch CPU capability (ISA), both recorded."""
-    a = ((man_a or {}).get("versions") or {}).get("torch_cpu")
-    b = ((man_b or {}).get("versions") or {}).get("torch_cpu")
-    return a is not None and a == b
+    compared: the same torch CPU capability (ISA) and CPU model, both recorded."""
+    va = (man_a or {}).get("versions") or {}
+    vb = (man_b or {}).get("versions") or {}
+    return all(va.get(k) is not None and va.get(k) == vb.get(k) for k in ("torch_cpu", "cpu"))
 
 
 # ---- generating --------------------------------------------------------------------
