@@ -179,6 +179,67 @@ SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRIC
   return fx_hsum16(acc);
 }
 
+/* Float Q.K^T of the block head by head (FX_HO): raw scores into S[j][row].
+ * A head's R rows' Q stay in registers while its keys go by KG = 16 / R at a
+ * time, and the KG x R dot products of a group are reduced together into one
+ * vector, lane t R + r holding key t's score for row r. Against fx_dot_f's
+ * key-by-key walk (every Q vector a memory operand of its FMA: 16 loads per
+ * (key, head) at R = 4, head_dim 64) this is 2.2x faster in isolation on Zen 5.
+ * The block's K rows are in cache by now (the cross prefetch), so the walk
+ * across positions within a head costs nothing; the block's V rows are
+ * prefetched here, spread over the groups. */
+#define FX_HO(R, DC) ((R) >= 2 && (DC) != 0 && (R) * (DC) <= 256)
+SDPA_INLINE void fx_scores_ho(const int R, const int DT, const int DC, const flash_x512_block *b) {
+  const int KG = 16 / R, DV = DC / 16;
+  const int64_t n = b->n, nh = b->nh, rp = FX_PAD16(nh * R), isz = sdpa_isz(DT);
+  const int64_t ngr = (n + KG - 1) / KG, nit = nh * ngr;
+  const int64_t nl = b->pf_bytes ? (n * b->pf_bytes + 63) / 64 : 0;
+  const float *Qp = (const float *)b->Qp;
+  int64_t it = 0;
+  for (int64_t h = 0; h < nh; h++) {
+    __m512 q[16];
+    const int64_t f0 = h * R;
+    const float *qh = Qp + (f0 / 16) * 16 * DC + (f0 % 16) * 16;
+#pragma GCC unroll 16
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 16
+      for (int c = 0; c < DV; c++) q[r * DV + c] = _mm512_loadu_ps(qh + c * 256 + r * 16);
+    const char *kh = b->K + h * b->ks2;
+    for (int64_t j0 = 0; j0 < n; j0 += KG, it++) {
+      for (int64_t l = it * nl / nit; l < (it + 1) * nl / nit; l++) /* this block's V rows */
+        _mm_prefetch(b->V + 64 * l, FX_PF);
+      const int64_t nk = n - j0 < KG ? n - j0 : KG;
+      __m512 acc[16];
+#pragma GCC unroll 16
+      for (int t = 0; t < KG; t++) {
+        const int64_t j = j0 + (t < nk ? t : nk - 1); /* (past the block: a repeat, not stored) */
+        const char *k = kh + j * b->ks1;
+        const __m512i z = DT == SDPA_I8 ? _mm512_set1_epi32(b->kz[j * b->kq1 + h]) : _mm512_setzero_si512();
+        __m512 kv[16];
+#pragma GCC unroll 16
+        for (int c = 0; c < DV; c++) kv[c] = sdpa_ld16(k + 16 * c * isz, DT, z);
+#pragma GCC unroll 16
+        for (int r = 0; r < R; r++) {
+          __m512 a = _mm512_mul_ps(q[r * DV], kv[0]);
+#pragma GCC unroll 16
+          for (int c = 1; c < DV; c++) a = _mm512_fmadd_ps(q[r * DV + c], kv[c], a);
+          acc[t * R + r] = a;
+        }
+      }
+      const __m512 x = fx_hsum16(acc);
+      float *s = b->S + j0 * rp + f0;
+      if (KG == 1) {
+        _mm512_storeu_ps(s, x);
+      } else {
+#pragma GCC unroll 16
+        for (int t = 0; t < KG; t++) /* key t's R lanes to its S row */
+          if (t < nk)
+            _mm512_mask_storeu_ps(s + t * (rp - R), (__mmask16)(((1u << R) - 1u) << (t * R)), x);
+      }
+    }
+  }
+}
+
 SDPA_INLINE __m512i fx_dpwssd(__m512i acc, __m512i a, __m512i b) { /* acc + pairwise a * b */
 #ifdef __AVX512VNNI__
   return _mm512_dpwssd_epi32(acc, a, b);
@@ -305,6 +366,7 @@ typedef struct {
   __m512 qs, qf;         /* integer Q.K^T: sum(q - zq), scale * q_scale per row */
   __m512 mx;             /* lane-wise max so far */
   __mmask16 nan;         /* NaN lanes so far */
+  int pf_v;              /* prefetch each key's V rows (chunk 0, unless fx_scores_ho did) */
 } fx_chunk;
 
 /* Key j's Q.K^T x of a chunk's rows finished into S[j][chunk's rows]: int8
@@ -314,7 +376,7 @@ SDPA_INLINE void fx_score_key(const int KDT, const int IQK, const flash_x512_blo
                               const fx_lanes *L, fx_chunk *ch, int64_t j, __m512 x) {
   const int64_t nh = b->nh, h0 = ch->h0;
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
-  if (ch->c == 0 && b->pf_bytes) /* this key's V rows, which P.V reads next */
+  if (ch->pf_v) /* this key's V rows, which P.V reads next */
     for (int64_t o = 0; o < b->pf_bytes; o += 64) _mm_prefetch(b->V + j * b->vs1 + o, FX_PF);
   if (KDT == SDPA_I8) {
     const __m512 ksc = fx_heads_ps(L->head_of_lane, ch->heads, b->ksc + j * b->kq1 + h0);
@@ -433,10 +495,12 @@ SDPA_INLINE void fx_scores(const int R, const int KDT, const int IQK, const int 
   const int64_t nch = rp / 16;
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
   const size_t qstep = IQK ? 16 * (size_t)((D + 31) / 32) * 32 * 2 : 16 * (size_t)D * 4;
+  const int ho = !IQK && FX_HO(R, DC);
+  if (ho) fx_scores_ho(R, KDT, DC, b);
   for (int64_t c = 0; c < nch; c++) {
     const int64_t h0 = c * HPC, nhc = nh - h0 < HPC ? nh - h0 : HPC;
     const __mmask16 lanes = fx_first(rows - c * 16);
-    fx_chunk ch = {c, h0, fx_first(nhc), ninf, ninf, ninf, 0};
+    fx_chunk ch = {c, h0, fx_first(nhc), ninf, ninf, ninf, 0, c == 0 && b->pf_bytes && !ho};
     if (IQK) {
       ch.qs = _mm512_maskz_loadu_ps(lanes, b->qs + c * 16);
       ch.qf = _mm512_maskz_loadu_ps(lanes, b->qf + c * 16);
@@ -449,6 +513,9 @@ SDPA_INLINE void fx_scores(const int R, const int KDT, const int IQK, const int 
         for (int64_t t = 0; t < nk; t++)
           fx_score_key(KDT, IQK, b, L, &ch, j0 + t, _mm512_cvtepi32_ps(x[t]));
       }
+    } else if (ho) {
+      for (int64_t j = 0; j < n; j++)
+        fx_score_key(KDT, IQK, b, L, &ch, j, _mm512_maskz_loadu_ps(lanes, b->S + j * rp + c * 16));
     } else {
       const char *qp = (const char *)b->Qp + c * qstep;
       const char *kh = b->K + h0 * b->ks2;
