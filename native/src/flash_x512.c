@@ -152,7 +152,8 @@ SDPA_INLINE __mmask16 fx_first(int64_t m) { /* lanes [0, m) */
  * chunk's packed Q. kz: I8 zero points of this key's heads from the chunk's
  * first. */
 SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRICT Qp, int64_t D,
-                            const char *kh, int64_t ks2, int64_t nhc, const int8_t *kz) {
+                            const char *kh, int64_t ks2, int64_t nhc, const int8_t *kz,
+                            const char *pv, int64_t pvl) {
   const int HPC = 16 / R;
   const int64_t isz = sdpa_isz(DT);
   const char *kr[16];
@@ -168,6 +169,7 @@ SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRIC
   for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
 #pragma GCC unroll 16
   for (int64_t d = 0; d < D; d += 16, Qp += 256) {
+    for (int64_t l = d * pvl / D; l < (d + 16) * pvl / D; l++) _mm_prefetch(pv + 64 * l, FX_PF);
 #pragma GCC unroll 16
     for (int h = 0; h < HPC; h++) {
       const __m512 kv = sdpa_ld16(kr[h] + d * isz, DT, zk[h]);
@@ -251,7 +253,7 @@ SDPA_INLINE __m512i fx_dpwssd(__m512i acc, __m512i a, __m512i b) { /* acc + pair
 /* fx_dot_f for int8 Q and K: (q - zq) . k, exact in int32, as float (exact
  * below 2^24: head_dim <= 256). Qp: int16, 32 dims per step, zero-padded. */
 SDPA_INLINE __m512 fx_dot_iq(const int R, const int16_t *SDPA_RESTRICT Qp, int64_t D,
-                             const char *kh, int64_t ks2, int64_t nhc) {
+                             const char *kh, int64_t ks2, int64_t nhc, const char *pv, int64_t pvl) {
   const int HPC = 16 / R;
   const char *kr[16];
 #pragma GCC unroll 16
@@ -262,6 +264,7 @@ SDPA_INLINE __m512 fx_dot_iq(const int R, const int16_t *SDPA_RESTRICT Qp, int64
   int64_t d = 0;
 #pragma GCC unroll 8
   for (; d + 32 <= D; d += 32, Qp += 512) {
+    for (int64_t l = d * pvl / D; l < (d + 32) * pvl / D; l++) _mm_prefetch(pv + 64 * l, FX_PF);
 #pragma GCC unroll 16
     for (int h = 0; h < HPC; h++) {
       const __m512i kv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(kr[h] + d)));
@@ -271,6 +274,7 @@ SDPA_INLINE __m512 fx_dot_iq(const int R, const int16_t *SDPA_RESTRICT Qp, int64
     }
   }
   if (d < D) { /* 16 dims left (Q's upper lanes are zero) */
+    for (int64_t l = d * pvl / D; l < pvl; l++) _mm_prefetch(pv + 64 * l, FX_PF);
 #pragma GCC unroll 16
     for (int h = 0; h < HPC; h++) {
       const __m512i kv = _mm512_cvtepi8_epi16(
@@ -366,7 +370,6 @@ typedef struct {
   __m512 qs, qf;         /* integer Q.K^T: sum(q - zq), scale * q_scale per row */
   __m512 mx;             /* lane-wise max so far */
   __mmask16 nan;         /* NaN lanes so far */
-  int pf_v;              /* prefetch each key's V rows (chunk 0, unless fx_scores_ho did) */
 } fx_chunk;
 
 /* Key j's Q.K^T x of a chunk's rows finished into S[j][chunk's rows]: int8
@@ -376,8 +379,6 @@ SDPA_INLINE void fx_score_key(const int KDT, const int IQK, const flash_x512_blo
                               const fx_lanes *L, fx_chunk *ch, int64_t j, __m512 x) {
   const int64_t nh = b->nh, h0 = ch->h0;
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
-  if (ch->pf_v) /* this key's V rows, which P.V reads next */
-    for (int64_t o = 0; o < b->pf_bytes; o += 64) _mm_prefetch(b->V + j * b->vs1 + o, FX_PF);
   if (KDT == SDPA_I8) {
     const __m512 ksc = fx_heads_ps(L->head_of_lane, ch->heads, b->ksc + j * b->kq1 + h0);
     if (IQK) {
@@ -505,8 +506,8 @@ SDPA_INLINE void fx_scores(const int R, const int KDT, const int IQK, const int 
   for (int64_t c = 0; c < nch; c++) {
     const int64_t h0 = c * HPC, nhc = nh - h0 < HPC ? nh - h0 : HPC;
     const __mmask16 lanes = fx_first(rows - c * 16);
-    const int iqt = IQK && FX_IQT(R); /* (it and ho prefetch the V rows themselves) */
-    fx_chunk ch = {c, h0, fx_first(nhc), ninf, ninf, ninf, 0, c == 0 && b->pf_bytes && !ho && !iqt};
+    const int iqt = IQK && FX_IQT(R);
+    fx_chunk ch = {c, h0, fx_first(nhc), ninf, ninf, ninf, 0};
     if (IQK) {
       ch.qs = _mm512_maskz_loadu_ps(lanes, b->qs + c * 16);
       ch.qf = _mm512_maskz_loadu_ps(lanes, b->qf + c * 16);
@@ -526,11 +527,14 @@ SDPA_INLINE void fx_scores(const int R, const int KDT, const int IQK, const int 
     } else {
       const char *qp = (const char *)b->Qp + c * qstep;
       const char *kh = b->K + h0 * b->ks2;
+      /* chunk 0 prefetches each key's V rows, spread over its dot products */
+      const int64_t pvl = c == 0 ? (b->pf_bytes + 63) / 64 : 0;
       for (int64_t j = 0; j < n; j++, kh += b->ks1) {
+        const char *pv = b->V + j * b->vs1;
         const __m512 x =
-            IQK ? fx_dot_iq(R, (const int16_t *)qp, D, kh, b->ks2, nhc)
+            IQK ? fx_dot_iq(R, (const int16_t *)qp, D, kh, b->ks2, nhc, pv, pvl)
                 : fx_dot_f(R, KDT, (const float *)qp, D, kh, b->ks2, nhc,
-                           KDT == SDPA_I8 ? b->kz + j * b->kq1 + h0 : NULL);
+                           KDT == SDPA_I8 ? b->kz + j * b->kq1 + h0 : NULL, pv, pvl);
         fx_score_key(KDT, IQK, b, L, &ch, j, x);
       }
     }
