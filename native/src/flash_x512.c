@@ -605,22 +605,26 @@ SDPA_INLINE void fx_pv_head(const int R, const int VC, const int DT, const int K
 /* acc += P.V over the block: FX_PV_KEYS keys at a time (the tail 1 at a
  * time), every head in turn, a slice of 16 / R vectors (at most 8) of each
  * row's accumulator in registers while the keys' V rows of its head stream
- * through. 16 keys a time were 5-20 % faster warm but 10-20 % slower with the
- * K/V coming from DRAM (the next block's K prefetch, issued per pass, comes in
- * fewer, larger bursts), as in decode of a many-layer model (Zen 5, A/B). */
-#define FX_PV_KEYS 4
+ * through. More keys a visit load and store the slice less often; with the
+ * next block's K prefetch spread over the heads, 16 keys were the fastest for
+ * int8 (Xeon, (32, 8, 64) kv 8192: 1.19x warm, 1.08x cold against 4), 8 for
+ * F16 (1.10x warm, even cold) and 4 for F32 (8 or 16: 4 % slower) and for
+ * one row per head (16 for int8 at (16, 16, 128): 4 % slower). With the
+ * prefetch in one burst per visit, Zen 5 had measured 16 keys 10-20 % slower
+ * cold. */
+#define FX_PV_KEYS(DT, R) ((R) == 1 || (DT) == SDPA_F32 ? 4 : (DT) == SDPA_I8 ? 16 : 8)
 SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const flash_x512_block *b) {
-  const int VMAX = R == 1 ? 8 : 16 / R;
+  const int VMAX = R == 1 ? 8 : 16 / R, PK = FX_PV_KEYS(DT, R);
   const int64_t D = DC ? DC : b->D, n = b->n, nh = b->nh, rp = FX_PAD16(nh * R);
   const int64_t isz = sdpa_isz(DT);
-  for (int64_t j = 0; j < n; j += FX_PV_KEYS) {
-    const int64_t kn = n - j < FX_PV_KEYS ? n - j : FX_PV_KEYS;
+  for (int64_t j = 0; j < n; j += PK) {
+    const int64_t kn = n - j < PK ? n - j : PK;
     /* the next block's K rows of these keys, which its scores read first, spread
      * over the heads: issued in one burst per pass, the prefetches stalled on the
      * line fill buffers (a Xeon: 17 % of F16 decode samples on that loop; spread,
      * F16 / F32 / int8 decode 5-17 % faster warm, 2-9 % cold; Zen 5 had measured
      * the burst ahead) */
-    const int64_t m = b->pf_bytes && j < b->next_n ? (b->next_n - j < FX_PV_KEYS ? b->next_n - j : FX_PV_KEYS) : 0;
+    const int64_t m = b->pf_bytes && j < b->next_n ? (b->next_n - j < PK ? b->next_n - j : PK) : 0;
     const int64_t nl = (m * b->pf_bytes + 63) / 64;
     const char *vj = b->V + j * b->vs1;
     for (int64_t h = 0; h < nh; h++, vj += b->vs2) {
@@ -638,8 +642,8 @@ SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const flash_x512
 #define FX_PV_VC(VC)                                                                  \
   case VC:                                                                            \
     if (VC <= VMAX) {                                                                 \
-      if (kn == FX_PV_KEYS) {                                                         \
-        FX_PV_CALL(VC, FX_PV_KEYS, 0);                                                \
+      if (kn == PK) {                                                                 \
+        FX_PV_CALL(VC, PK, 0);                                                        \
       } else { /* the block's last keys, one at a time */                             \
         for (int64_t k = 0; k < kn; k++) FX_PV_CALL(VC, 1, k);                        \
       }                                                                               \
