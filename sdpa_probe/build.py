@@ -98,6 +98,7 @@ class BuildResult:
     seconds: float
     cached: bool
     fallback: bool  # portable flags were used because -march=native failed
+    fallback_reason: str = ""  # the -march=native build's error, when fallback
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -206,9 +207,10 @@ def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
         module_name = f"_{spec.stem}_{key}"
         dest = root / (module_name + _ext_suffix())
         with file_lock(root / (module_name + ".lock")):
+            reason = str(last_error) if n > 0 and last_error is not None else ""
             if dest.exists() and not force:
                 return BuildResult(module_name, dest, " ".join(cc_cmd), cc_version, flags, 0.0,
-                                   True, n > 0)
+                                   True, n > 0, reason)
             t0 = time.perf_counter()
             try:
                 _compile(spec, module_name, cc_cmd, flags, dest)
@@ -216,7 +218,7 @@ def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
                 last_error = exc
                 continue
             return BuildResult(module_name, dest, " ".join(cc_cmd), cc_version, flags,
-                               time.perf_counter() - t0, False, n > 0)
+                               time.perf_counter() - t0, False, n > 0, reason)
     assert last_error is not None
     raise last_error
 

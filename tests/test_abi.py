@@ -117,3 +117,18 @@ def test_broken_kernel_source_is_a_build_error(tmp_path, monkeypatch):
 def test_user_kernel_must_exist():
     with pytest.raises(ProbeError, match="not found"):
         native.load_user_kernel("/nonexistent/k.c")
+
+
+def test_failed_native_build_falls_back_with_its_reason(tmp_path, monkeypatch):
+    """A compiler that rejects -march=native (or a source that only fails under it) gives
+    the portable build, and the result says why, so that the commands can warn."""
+    monkeypatch.setenv("SDPA_PROBE_CACHE", str(tmp_path / "cache"))
+    cc = tmp_path / "cc-no-native"
+    cc.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = -march=native ] && '
+                  '{ echo "error: no native target here" >&2; exit 1; }; done\nexec gcc "$@"\n')
+    cc.chmod(0o755)
+    res = build.build(native.user_kernel_spec(EXAMPLE_KERNEL), cc=str(cc))
+    assert res.fallback and "-march=native" not in res.flags
+    assert "no native target here" in res.fallback_reason
+    again = build.build(native.user_kernel_spec(EXAMPLE_KERNEL), cc=str(cc))
+    assert again.cached and again.fallback and "no native target here" in again.fallback_reason

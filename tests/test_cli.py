@@ -64,3 +64,22 @@ def test_run_bad_input(argv, msg):
     res = runner.invoke(app, argv)
     assert res.exit_code == 2
     assert msg in res.output and "Traceback" not in res.output
+
+
+def test_commands_warn_when_the_kernels_run_a_portable_build(monkeypatch):
+    import dataclasses
+
+    from sdpa_probe import native
+
+    ffi, lib, res = native.native_lib()
+    fake = dataclasses.replace(res, fallback=True, fallback_reason="x.c:1: error: boom")
+    monkeypatch.setattr(native, "native_lib", lambda: (ffi, lib, fake))
+    out = runner.invoke(app, ["bench", "--shape", "decode-h4kv1d64-kv64-f32", "--vs", "",
+                              "--rounds", "1", "--min-time", "0", "--json", "-"])
+    assert out.exit_code == 0, out.output
+    assert "portable flags" in out.stderr and "boom" in out.stderr
+    json.loads(out.stdout)  # the document stays clean
+    monkeypatch.setattr(native, "native_lib", lambda: (ffi, lib, res))
+    out = runner.invoke(app, ["bench", "--shape", "decode-h4kv1d64-kv64-f32", "--vs", "",
+                              "--rounds", "1", "--min-time", "0", "--json", "-"])
+    assert out.exit_code == 0 and "portable" not in out.stderr

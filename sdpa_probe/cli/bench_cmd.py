@@ -99,6 +99,7 @@ def bench_command(
         if d not in bench.DTYPES:
             raise ProbeError(f"unknown dtype {d!r}; known: {', '.join(bench.DTYPES)}")
     shapes = bench.select_shapes(shape, dtypes)
+    out.warn_if_portable()
     doc = bench.run(shapes, kernels=_split(kernel) or None, peers=_split(vs), threads=threads,
                     cold=cold, rounds=rounds, min_time=min_time, progress=out.note)
     for note in doc["notes"]:

@@ -38,4 +38,4 @@ def build_command(
     out.print(f"  compiler  {res.cc}  ({res.cc_version})")
     out.print(f"  flags     {' '.join(res.flags)}")
     if res.fallback:
-        out.warn("-march=native failed with this compiler; built with portable flags")
+        out.warn(f"-march=native failed ({res.fallback_reason}); built with portable flags")

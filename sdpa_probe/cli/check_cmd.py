@@ -176,6 +176,7 @@ def check_command(
     if golden and repro is not None:
         raise ProbeError("--repro recomputes the reference live; drop --golden")
     names = _resolve_backends(backend, kernel, out)
+    out.warn_if_portable()
     if repro is not None:
         from .repro import run_repro
 

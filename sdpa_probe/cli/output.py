@@ -45,7 +45,18 @@ class Output:
         self.err.print(msg, markup=False, highlight=False)
 
     def warn(self, msg: str) -> None:
-        self.err.print(f"[yellow]warning:[/] {msg}")
+        self.err.print(f"[yellow]warning:[/] {msg}", markup=True, highlight=False)
+
+    def warn_if_portable(self) -> None:
+        """Say so when the built-in kernels run a portable build: -march=native failed
+        (a compiler without it, or an error in a kernel source that only the native
+        flags compile), so this CPU's vector paths are not what is being run."""
+        from .. import native
+
+        res = native.native_lib()[2]
+        if res.fallback:
+            self.warn("the native kernels were built with portable flags, -march=native "
+                      f"failed: {res.fallback_reason or 'no reason recorded'}")
 
     def emit_json(self, obj: Any) -> None:
         sys.stdout.write(dumps(obj) + "\n")

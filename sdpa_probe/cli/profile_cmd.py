@@ -130,6 +130,7 @@ def profile_command(
         seed=seed, capacity=cache_size, pp=pp, tg=tg, rope_style=rope, roofline=roofline,
         kernel_path=kernel)
     runner.validate(settings)
+    out.warn_if_portable()
     if kernel is not None and not any(runner.split_build(x)[0] == runner.USER
                                       for x in labels):
         raise ProbeError("--kernel is attention 'user': use --attention user or --ab "
