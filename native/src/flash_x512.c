@@ -18,9 +18,9 @@
  * - Softmax, vertical: a row's max, NaN check, exp and sum are lane-wise
  *   across the block's keys, so there is no horizontal reduction at all; the
  *   rescale factors of 16 rows come from one vector exp.
- * - P.V, 4 keys at a time: for each head, a slice of up to 8 vectors of
- *   each of its rows' accumulator in registers while the keys' V rows stream
- *   through.
+ * - P.V, 4 to 16 keys at a time (FX_PV_KEYS): for each head, a slice of up
+ *   to 8 vectors of each of its rows' accumulator in registers while the keys'
+ *   V rows stream through.
  * - int8 K/V: (x - zero point) in int32 then converted, in registers; the
  *   per-key scales broadcast to their rows' lanes by a permute, read in place
  *   from the tensors when each position's heads are adjacent. int8 Q and K:
