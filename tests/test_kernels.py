@@ -184,3 +184,29 @@ def test_quant_params_read_in_place_or_copied_agree(q_len):
         getattr(data, name).zero_point = None
     np.testing.assert_array_equal(run(), zeros)
     assert not np.array_equal(zeros, direct)
+
+
+@pytest.mark.parametrize("n_heads,n_kv_heads,head_dim,kv_len", [
+    (8, 2, 64, 100), (8, 4, 128, 65), (16, 2, 64, 33), (4, 4, 64, 129), (16, 1, 128, 31)])
+def test_float_q_with_int8_kv_matches_the_dequantised_oracle(n_heads, n_kv_heads, head_dim,
+                                                              kv_len):
+    """quant_int8 with a float Q (no integer Q.K^T): the decode paths that convert int8 K
+    in registers (one row per kv head, and 2-16 rows: head by head), block edges included."""
+    from sdpa_probe.inputs import quantize_per_token
+
+    rng = np.random.default_rng([n_heads, n_kv_heads, head_dim, kv_len])
+    q = rng.standard_normal((1, 1, n_heads, head_dim)).astype(np.float32)
+    kq, ks, kz = quantize_per_token(rng.standard_normal((1, kv_len, n_kv_heads, head_dim)))
+    vq, vs, vz = quantize_per_token(rng.standard_normal((1, kv_len, n_kv_heads, head_dim)))
+    kd = (kq.astype(np.float64) - kz[..., None]) * ks[..., None]
+    vd = (vq.astype(np.float64) - vz[..., None]) * vs[..., None]
+    g = n_heads // n_kv_heads
+    ref = np.empty((1, 1, n_heads, head_dim))
+    for h in range(n_heads):
+        s = kd[0, :, h // g] @ q[0, 0, h].astype(np.float64) / np.sqrt(head_dim)
+        p = np.exp(s - s.max())
+        ref[0, 0, h] = (p / p.sum()) @ vd[0, :, h // g]
+    out = np.full((1, 1, n_heads, head_dim), np.nan, np.float32)
+    native.get_kernel("quant_int8")(q, native.QuantTensor(kq, ks, kz),
+                                    native.QuantTensor(vq, vs, vz), out)
+    np.testing.assert_allclose(out, ref, atol=2e-6 * max(1.0, kv_len / 64) ** 0.5, rtol=2e-5)
