@@ -77,6 +77,13 @@ void flash_x512_run(const flash_x512_block *b) { (void)b; }
 
 int flash_x512_available(void) { return 1; }
 
+/* Part [a, b) of n of the nl lines from base: the cross prefetches are spread over
+ * the loop they overlap, one part per step, not issued in a burst (a burst stalls
+ * on the line fill buffers; see fx_pv). */
+SDPA_INLINE void fx_prefetch_part(const char *base, int64_t nl, int64_t a, int64_t b, int64_t n) {
+  for (int64_t l = a * nl / n; l < b * nl / n; l++) _mm_prefetch(base + 64 * l, FX_PF);
+}
+
 /* F32: Qp[chunk][d / 16][lane][16], int16: Qp[chunk][d / 32][lane][32], rows
  * past nh * R and dims past D zero. A chunk is 16 rows. Transposed int8 Q.K^T
  * (FX_IQT): int32 zq[row], int32 128 sum(q - zq)[row], then int8 q[row][D],
@@ -169,7 +176,7 @@ SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRIC
   for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
 #pragma GCC unroll 16
   for (int64_t d = 0; d < D; d += 16, Qp += 256) {
-    for (int64_t l = d * pvl / D; l < (d + 16) * pvl / D; l++) _mm_prefetch(pv + 64 * l, FX_PF);
+    fx_prefetch_part(pv, pvl, d, d + 16, D);
 #pragma GCC unroll 16
     for (int h = 0; h < HPC; h++) {
       const __m512 kv = sdpa_ld16(kr[h] + d * isz, DT, zk[h]);
@@ -195,7 +202,7 @@ SDPA_INLINE void fx_scores_ho(const int R, const int DT, const int DC, const fla
   const int KG = 16 / R, DV = DC / 16;
   const int64_t n = b->n, nh = b->nh, rp = FX_PAD16(nh * R), isz = sdpa_isz(DT);
   const int64_t ngr = (n + KG - 1) / KG, nit = nh * ngr;
-  const int64_t nl = b->pf_bytes ? (n * b->pf_bytes + 63) / 64 : 0;
+  const int64_t nl = (n * b->pf_bytes + 63) / 64; /* the block's V lines (0: no prefetch) */
   const float *Qp = (const float *)b->Qp;
   int64_t it = 0;
   for (int64_t h = 0; h < nh; h++) {
@@ -208,8 +215,7 @@ SDPA_INLINE void fx_scores_ho(const int R, const int DT, const int DC, const fla
       for (int c = 0; c < DV; c++) q[r * DV + c] = _mm512_loadu_ps(qh + c * 256 + r * 16);
     const char *kh = b->K + h * b->ks2;
     for (int64_t j0 = 0; j0 < n; j0 += KG, it++) {
-      for (int64_t l = it * nl / nit; l < (it + 1) * nl / nit; l++) /* this block's V rows */
-        _mm_prefetch(b->V + 64 * l, FX_PF);
+      fx_prefetch_part(b->V, nl, it, it + 1, nit); /* this block's V rows */
       const int64_t nk = n - j0 < KG ? n - j0 : KG;
       __m512 acc[16];
 #pragma GCC unroll 16
@@ -264,7 +270,7 @@ SDPA_INLINE __m512 fx_dot_iq(const int R, const int16_t *SDPA_RESTRICT Qp, int64
   int64_t d = 0;
 #pragma GCC unroll 8
   for (; d + 32 <= D; d += 32, Qp += 512) {
-    for (int64_t l = d * pvl / D; l < (d + 32) * pvl / D; l++) _mm_prefetch(pv + 64 * l, FX_PF);
+    fx_prefetch_part(pv, pvl, d, d + 32, D);
 #pragma GCC unroll 16
     for (int h = 0; h < HPC; h++) {
       const __m512i kv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(kr[h] + d)));
@@ -274,7 +280,7 @@ SDPA_INLINE __m512 fx_dot_iq(const int R, const int16_t *SDPA_RESTRICT Qp, int64
     }
   }
   if (d < D) { /* 16 dims left (Q's upper lanes are zero) */
-    for (int64_t l = d * pvl / D; l < pvl; l++) _mm_prefetch(pv + 64 * l, FX_PF);
+    fx_prefetch_part(pv, pvl, d, D, D);
 #pragma GCC unroll 16
     for (int h = 0; h < HPC; h++) {
       const __m512i kv = _mm512_cvtepi8_epi16(
@@ -426,7 +432,7 @@ SDPA_INLINE __m512i fx_dpbusd_bcst(__m512i acc, __m512i u, const void *p) {
 SDPA_INLINE void fx_dot_iqt(const int R, const int DC, const flash_x512_block *b, int64_t c,
                             int64_t j0, int64_t nk, __m512i *x, int64_t it, int64_t nit) {
   const int HPC = 16 / R;
-  const int64_t nl = b->pf_bytes ? (b->n * b->pf_bytes + 63) / 64 : 0;
+  const int64_t nl = (b->n * b->pf_bytes + 63) / 64; /* the block's V lines */
   const int64_t D = DC ? DC : b->D, nh = b->nh, ndw = D / 4, rp = FX_PAD16(nh * R);
   const int64_t h0 = c * HPC, nhc = nh - h0 < HPC ? nh - h0 : HPC;
   const int32_t *cz = (const int32_t *)b->Qp + c * 16, *cs = cz + rp;
@@ -439,10 +445,8 @@ SDPA_INLINE void fx_dot_iqt(const int R, const int DC, const flash_x512_block *b
       for (int r = 0; r < R; r++) x[h * R + r] = _mm512_setzero_si512();
       continue;
     }
-    /* this block's V rows, spread over the (chunk, 16 keys, head) steps of the
-     * scores (it of nit), not a burst per key (see fx_pv) */
-    for (int64_t l = (it + h) * nl / nit; l < (it + h + 1) * nl / nit; l++)
-      _mm_prefetch(b->V + 64 * l, FX_PF);
+    /* this block's V rows, over the (chunk, 16 keys, head) steps of the scores */
+    fx_prefetch_part(b->V, nl, it + h, it + h + 1, nit);
     const char *kh = b->K + (h0 + h) * b->ks2 + j0 * b->ks1;
     __m512i acc[16], sk = _mm512_setzero_si512();
 #pragma GCC unroll 16
@@ -501,12 +505,11 @@ SDPA_INLINE void fx_scores(const int R, const int KDT, const int IQK, const int 
   const int64_t nch = rp / 16;
   const __m512 ninf = _mm512_set1_ps(-INFINITY);
   const size_t qstep = IQK ? 16 * (size_t)((D + 31) / 32) * 32 * 2 : 16 * (size_t)D * 4;
-  const int ho = !IQK && FX_HO(R, DC);
+  const int ho = !IQK && FX_HO(R, DC), iqt = IQK && FX_IQT(R);
   if (ho) fx_scores_ho(R, KDT, DC, b);
   for (int64_t c = 0; c < nch; c++) {
     const int64_t h0 = c * HPC, nhc = nh - h0 < HPC ? nh - h0 : HPC;
     const __mmask16 lanes = fx_first(rows - c * 16);
-    const int iqt = IQK && FX_IQT(R);
     fx_chunk ch = {c, h0, fx_first(nhc), ninf, ninf, ninf, 0};
     if (IQK) {
       ch.qs = _mm512_maskz_loadu_ps(lanes, b->qs + c * 16);
@@ -628,8 +631,7 @@ SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const flash_x512
     const int64_t nl = (m * b->pf_bytes + 63) / 64;
     const char *vj = b->V + j * b->vs1;
     for (int64_t h = 0; h < nh; h++, vj += b->vs2) {
-      for (int64_t l = h * nl / nh; l < (h + 1) * nl / nh; l++)
-        _mm_prefetch(b->next_k + j * b->ks1 + 64 * l, FX_PF);
+      fx_prefetch_part(b->next_k + j * b->ks1, nl, h, h + 1, nh);
       float *acc = b->acc + h * R * D;
       const float *p = b->S + j * rp + h * R;
       const int8_t *vz = DT == SDPA_I8 ? b->vz + j * b->vq1 + h : NULL;
