@@ -151,7 +151,7 @@ def _ratio(shape: str, kernel: str, peer: str, attempts: int = 5, want: float = 
     s = bench.parse_shape(shape)
     for _ in range(attempts):
         if peer in bench.PEERS or peer == bench.F32_REFERENCE:  # (the latter joins by itself)
-            doc = bench.run([s], kernels=[kernel], peers=[p for p in [peer] if p in bench.PEERS],
+            doc = bench.run([s], kernels=[kernel], peers=[peer] if peer in bench.PEERS else [],
                             rounds=5, min_time=0.02, roofline=False)
             r = doc["results"][0]["ratio"][peer]
         else:  # another native kernel

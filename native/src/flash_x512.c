@@ -77,17 +77,12 @@ void flash_x512_run(const flash_x512_block *b) { (void)b; }
 
 int flash_x512_available(void) { return 1; }
 
-/* Part [a, b) of n of the nl lines from base: the cross prefetches are spread over
- * the loop they overlap, one part per step, not issued in a burst (a burst stalls
- * on the line fill buffers; see fx_pv). */
-SDPA_INLINE void fx_prefetch_part(const char *base, int64_t nl, int64_t a, int64_t b, int64_t n) {
-  for (int64_t l = a * nl / n; l < b * nl / n; l++) _mm_prefetch(base + 64 * l, FX_PF);
-}
-
-/* fx_prefetch_part's split for steps taken in order: step k takes lines
- * [k nl / n, (k + 1) nl / n) with no 64-bit division per step (two a step, some
- * 200 a block, where n is not a compile-time constant: removing them made
- * (32, 8, 64) decode 1.5-2.5 % faster on the Xeon). */
+/* The cross prefetches are spread over the loop they overlap, not issued in a
+ * burst (a burst stalls on the line fill buffers; see fx_pv): nl lines over n
+ * steps taken in order, step k the lines [k nl / n, (k + 1) nl / n), kept as a
+ * running split so that a step costs no 64-bit division (two a step, some 200 a
+ * block, where n is not a compile-time constant: removing them made (32, 8, 64)
+ * decode 1.5-2.5 % faster on the Xeon). */
 typedef struct {
   int64_t next, rem, q, r, n;
 } fx_spread;
@@ -193,9 +188,10 @@ SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRIC
   __m512 acc[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
+  fx_spread pf = fx_spread_of(pvl, D / 16); /* this key's V rows, over the dims */
 #pragma GCC unroll 16
   for (int64_t d = 0; d < D; d += 16, Qp += 256) {
-    fx_prefetch_part(pv, pvl, d, d + 16, D);
+    fx_spread_step(&pf, pv);
 #pragma GCC unroll 16
     for (int h = 0; h < HPC; h++) {
       const __m512 kv = sdpa_ld16(kr[h] + d * isz, DT, zk[h]);
@@ -286,10 +282,12 @@ SDPA_INLINE __m512 fx_dot_iq(const int R, const int16_t *SDPA_RESTRICT Qp, int64
   __m512i acc[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_si512();
+  fx_spread pf = fx_spread_of(pvl, D / 16); /* this key's V rows, 16 dims a step */
   int64_t d = 0;
 #pragma GCC unroll 8
   for (; d + 32 <= D; d += 32, Qp += 512) {
-    fx_prefetch_part(pv, pvl, d, d + 32, D);
+    fx_spread_step(&pf, pv);
+    fx_spread_step(&pf, pv);
 #pragma GCC unroll 16
     for (int h = 0; h < HPC; h++) {
       const __m512i kv = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(kr[h] + d)));
@@ -299,7 +297,7 @@ SDPA_INLINE __m512 fx_dot_iq(const int R, const int16_t *SDPA_RESTRICT Qp, int64
     }
   }
   if (d < D) { /* 16 dims left (Q's upper lanes are zero) */
-    fx_prefetch_part(pv, pvl, d, D, D);
+    fx_spread_step(&pf, pv);
 #pragma GCC unroll 16
     for (int h = 0; h < HPC; h++) {
       const __m512i kv = _mm512_cvtepi8_epi16(
