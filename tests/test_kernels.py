@@ -123,6 +123,26 @@ def test_flash_decode_split_k_counts(dtype):
                                    err_msg=f"threads {threads} splits {splits}")
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f16", "i8"])
+def test_flash_decode_wide_positions_long_task(dtype):
+    """Decode with 16 kv heads of head_dim 128 (4-8 KiB a position) over a 600-key task:
+    on the AVX-512 block path these are the blocks whose cross prefetches go to L2
+    (FLASH_X512_PF_L2), a separate instantiation; it must match the oracle too."""
+    case = Case("wide", q_len=1, kv_len=600, dtype=dtype, n_heads=16, n_kv_heads=16,
+                head_dim=128, start_pos=599)
+    prep = prepare_case(case)
+    ffi, lib, _ = native.native_lib()
+    atol, rtol = tolerance(case)
+    name = "quant_int8" if dtype == "i8" else "flash"
+    for threads in (1, 2):
+        buf = out_buffer(case)
+        call = native.prepare(ffi, prep.data.q_store, prep.data.k_store, prep.data.v_store,
+                              buf.view, start_pos=599, n_threads=threads)
+        assert native.get_kernel(name).forward_args(call.args) == 0
+        np.testing.assert_allclose(buf.values(), prep.ref, rtol=rtol, atol=atol,
+                                   err_msg=f"threads {threads}")
+
+
 def test_quant_alloc_counts_allocations_per_block():
     """quant_int8_alloc allocates per key block; quant_int8 a fixed number per call."""
     case = Case("alloc", q_len=1, kv_len=1024, dtype="i8", n_heads=8, n_kv_heads=2)

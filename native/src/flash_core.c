@@ -1124,7 +1124,7 @@ static int64_t x512_qparams(const sdpa_tensor *t, int64_t b, int64_t j0, int64_t
 /* Keys [j0, j1) of every kv head of the task on the AVX-512 block path. */
 static void x512_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk0, int64_t nh,
                        int64_t q0, int64_t qbr, int64_t j0, int64_t j1, int64_t next_n,
-                       int mask_is_zero) {
+                       int64_t span, int mask_is_zero) {
   const sdpa_args *a = c->a;
   const int64_t nk = j1 - j0;
   int64_t lim[16];
@@ -1151,6 +1151,7 @@ static void x512_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk0, in
   const int dense = a->k.stride[2] == c->D && a->v.stride[2] == c->D &&
                     a->k.stride[1] == nh * c->D && a->v.stride[1] == nh * c->D;
   const char *K = (const char *)a->k.data + sdpa_row_offset(&a->k, b, j0, hk0) * ki;
+  const int64_t pf_bytes = dense ? nh * c->D * ki : 0; /* (task: span keys of K and V) */
   const flash_x512_block xb = {
       .nh = nh, .R = c->G * qbr, .qbr = qbr, .D = c->D, .n = nk,
       .kdt = a->k.dtype, .vdt = a->v.dtype, .iqk = c->iqk,
@@ -1162,7 +1163,8 @@ static void x512_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk0, in
       .ksc = ksc, .vsc = vsc, .kz = kz, .vz = vz, .kq1 = kq1, .vq1 = vq1,
       .lim = lim, .mask = use_mask ? tb->mk : NULL,
       .acc = tb->acc, .m = tb->m, .l = tb->l, .S = tb->S,
-      .pf_bytes = dense ? nh * c->D * ki : 0, .next_k = K + nk * a->k.stride[1] * ki, .next_n = next_n};
+      .pf_bytes = pf_bytes, .pf_l2 = FLASH_X512_PF_L2(c->kvb * pf_bytes, 2 * span * pf_bytes),
+      .next_k = K + nk * a->k.stride[1] * ki, .next_n = next_n};
   flash_x512_run(&xb);
 }
 
@@ -1180,7 +1182,7 @@ static void visit_range(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk0, i
     }
     if (c->x512) {
       const int64_t j2 = j1 + c->kvb < hi ? j1 + c->kvb : hi;
-      x512_block(c, tb, b, hk0, nh, q0, qbr, j0, j1, j2 - j1, zero);
+      x512_block(c, tb, b, hk0, nh, q0, qbr, j0, j1, j2 - j1, hi - lo, zero);
       continue;
     }
     if (tb->pf) /* while this block runs, bring in the next one */

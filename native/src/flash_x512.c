@@ -42,9 +42,8 @@
 #endif
 
 /* The cross prefetch (V rows of a block while its scores run, the next block's K
- * rows while P.V runs): to L1, measured 2-3 % ahead of L2 (prefetcht1) and 10 % ahead
- * of no K prefetch with inputs rotated past the L3 (Zen 5, 2 threads, interleaved). */
-#define FX_PF _MM_HINT_T0
+ * rows while P.V runs): to L1, or to L2 where the block says so (pf_l2, in
+ * flash_x512.h). */
 #define FX_PAD16(n) (((n) + 15) & ~(int64_t)15)
 
 /* int8 Q and K with at least 4 rows per head: Q.K^T by the transposed VNNI path
@@ -85,9 +84,10 @@ int flash_x512_available(void) { return 1; }
  * decode 1.5-2.5 % faster on the Xeon). */
 typedef struct {
   int64_t next, rem, q, r, n;
+  int l2; /* prefetcht1, not prefetcht0 */
 } fx_spread;
-SDPA_INLINE fx_spread fx_spread_of(int64_t nl, int64_t n) {
-  const fx_spread s = {0, 0, nl / n, nl % n, n};
+SDPA_INLINE fx_spread fx_spread_of(int64_t nl, int64_t n, int l2) {
+  const fx_spread s = {0, 0, nl / n, nl % n, n, l2};
   return s;
 }
 SDPA_INLINE void fx_spread_step(fx_spread *s, const char *base) {
@@ -95,7 +95,10 @@ SDPA_INLINE void fx_spread_step(fx_spread *s, const char *base) {
   s->next += s->q;
   s->rem += s->r;
   if (s->rem >= s->n) s->rem -= s->n, s->next++;
-  for (int64_t l = lo; l < s->next; l++) _mm_prefetch(base + 64 * l, FX_PF);
+  if (s->l2)
+    for (int64_t l = lo; l < s->next; l++) _mm_prefetch(base + 64 * l, _MM_HINT_T1);
+  else
+    for (int64_t l = lo; l < s->next; l++) _mm_prefetch(base + 64 * l, _MM_HINT_T0);
 }
 
 /* F32: Qp[chunk][d / 16][lane][16], int16: Qp[chunk][d / 32][lane][32], rows
@@ -174,7 +177,7 @@ SDPA_INLINE __mmask16 fx_first(int64_t m) { /* lanes [0, m) */
  * first. */
 SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRICT Qp, int64_t D,
                             const char *kh, int64_t ks2, int64_t nhc, const int8_t *kz,
-                            const char *pv, int64_t pvl) {
+                            const char *pv, int64_t pvl, int pl2) {
   const int HPC = 16 / R;
   const int64_t isz = sdpa_isz(DT);
   const char *kr[16];
@@ -188,7 +191,7 @@ SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRIC
   __m512 acc[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_ps();
-  fx_spread pf = fx_spread_of(pvl, D / 16); /* this key's V rows, over the dims */
+  fx_spread pf = fx_spread_of(pvl, D / 16, pl2); /* this key's V rows, over the dims */
 #pragma GCC unroll 16
   for (int64_t d = 0; d < D; d += 16, Qp += 256) {
     fx_spread_step(&pf, pv);
@@ -213,12 +216,13 @@ SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRIC
  * across positions within a head costs nothing; the block's V rows are
  * prefetched here, spread over the groups. */
 #define FX_HO(R, DC) ((R) >= 2 && (DC) != 0 && (R) * (DC) <= 256)
-SDPA_INLINE void fx_scores_ho(const int R, const int DT, const int DC, const flash_x512_block *b) {
+SDPA_INLINE void fx_scores_ho(const int R, const int DT, const int DC, const int PL2,
+                              const flash_x512_block *b) {
   const int KG = 16 / R, DV = DC / 16;
   const int64_t n = b->n, nh = b->nh, rp = FX_PAD16(nh * R), isz = sdpa_isz(DT);
   const int64_t ngr = (n + KG - 1) / KG;
   /* the block's V lines (0: no prefetch), over the (head, key group) steps */
-  fx_spread pf = fx_spread_of((n * b->pf_bytes + 63) / 64, nh * ngr);
+  fx_spread pf = fx_spread_of((n * b->pf_bytes + 63) / 64, nh * ngr, PL2);
   const float *Qp = (const float *)b->Qp;
   for (int64_t h = 0; h < nh; h++) {
     __m512 q[16];
@@ -274,7 +278,8 @@ SDPA_INLINE __m512i fx_dpwssd(__m512i acc, __m512i a, __m512i b) { /* acc + pair
 /* fx_dot_f for int8 Q and K: (q - zq) . k, exact in int32, as float (exact
  * below 2^24: head_dim <= 256). Qp: int16, 32 dims per step, zero-padded. */
 SDPA_INLINE __m512 fx_dot_iq(const int R, const int16_t *SDPA_RESTRICT Qp, int64_t D,
-                             const char *kh, int64_t ks2, int64_t nhc, const char *pv, int64_t pvl) {
+                             const char *kh, int64_t ks2, int64_t nhc, const char *pv, int64_t pvl,
+                             int pl2) {
   const int HPC = 16 / R;
   const char *kr[16];
 #pragma GCC unroll 16
@@ -282,7 +287,7 @@ SDPA_INLINE __m512 fx_dot_iq(const int R, const int16_t *SDPA_RESTRICT Qp, int64
   __m512i acc[16];
 #pragma GCC unroll 16
   for (int i = 0; i < 16; i++) acc[i] = _mm512_setzero_si512();
-  fx_spread pf = fx_spread_of(pvl, D / 16); /* this key's V rows, 16 dims a step */
+  fx_spread pf = fx_spread_of(pvl, D / 16, pl2); /* this key's V rows, 16 dims a step */
   int64_t d = 0;
 #pragma GCC unroll 8
   for (; d + 32 <= D; d += 32, Qp += 512) {
@@ -512,7 +517,7 @@ SDPA_INLINE void fx_dot_iqt(const int R, const int DC, const flash_x512_block *b
  * masked, -inf where a row must not see the key; chunk by chunk of 16 rows
  * (each chunk's K rows are consecutive within a position). Each chunk's
  * lane-wise max and NaN lanes go to mx[chunk] and nan[chunk]. */
-SDPA_INLINE void fx_scores(const int R, const int KDT, const int IQK, const int DC,
+SDPA_INLINE void fx_scores(const int R, const int KDT, const int IQK, const int DC, const int PL2,
                            const flash_x512_block *b, const fx_lanes *L, float *mx,
                            __mmask16 *nan) {
   const int HPC = 16 / R;
@@ -522,8 +527,8 @@ SDPA_INLINE void fx_scores(const int R, const int KDT, const int IQK, const int 
   const size_t qstep = IQK ? 16 * (size_t)((D + 31) / 32) * 32 * 2 : 16 * (size_t)D * 4;
   const int ho = !IQK && FX_HO(R, DC), iqt = IQK && FX_IQT(R);
   /* iqt: the block's V lines over its (chunk, 16 keys, head) steps */
-  fx_spread pf = fx_spread_of(iqt ? (n * b->pf_bytes + 63) / 64 : 0, nh * ((n + 15) / 16));
-  if (ho) fx_scores_ho(R, KDT, DC, b);
+  fx_spread pf = fx_spread_of(iqt ? (n * b->pf_bytes + 63) / 64 : 0, nh * ((n + 15) / 16), PL2);
+  if (ho) fx_scores_ho(R, KDT, DC, PL2, b);
   for (int64_t c = 0; c < nch; c++) {
     const int64_t h0 = c * HPC, nhc = nh - h0 < HPC ? nh - h0 : HPC;
     const __mmask16 lanes = fx_first(rows - c * 16);
@@ -551,9 +556,9 @@ SDPA_INLINE void fx_scores(const int R, const int KDT, const int IQK, const int 
       for (int64_t j = 0; j < n; j++, kh += b->ks1) {
         const char *pv = b->V + j * b->vs1;
         const __m512 x =
-            IQK ? fx_dot_iq(R, (const int16_t *)qp, D, kh, b->ks2, nhc, pv, pvl)
+            IQK ? fx_dot_iq(R, (const int16_t *)qp, D, kh, b->ks2, nhc, pv, pvl, PL2)
                 : fx_dot_f(R, KDT, (const float *)qp, D, kh, b->ks2, nhc,
-                           KDT == SDPA_I8 ? b->kz + j * b->kq1 + h0 : NULL, pv, pvl);
+                           KDT == SDPA_I8 ? b->kz + j * b->kq1 + h0 : NULL, pv, pvl, PL2);
         fx_score_key(KDT, IQK, b, L, &ch, j, x);
       }
     }
@@ -632,7 +637,7 @@ SDPA_INLINE void fx_pv_head(const int R, const int VC, const int DT, const int K
  * prefetch in one burst per visit, Zen 5 had measured 16 keys 10-20 % slower
  * cold. */
 #define FX_PV_KEYS(DT, R) ((R) == 1 || (DT) == SDPA_F32 ? 4 : (DT) == SDPA_I8 ? 16 : 8)
-SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const flash_x512_block *b) {
+SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const int PL2, const flash_x512_block *b) {
   const int VMAX = R == 1 ? 8 : 16 / R, PK = FX_PV_KEYS(DT, R);
   const int64_t D = DC ? DC : b->D, n = b->n, nh = b->nh, rp = FX_PAD16(nh * R);
   const int64_t isz = sdpa_isz(DT);
@@ -644,7 +649,7 @@ SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const flash_x512
      * F16 / F32 / int8 decode 5-17 % faster warm, 2-9 % cold; Zen 5 had measured
      * the burst ahead) */
     const int64_t m = b->pf_bytes && j < b->next_n ? (b->next_n - j < PK ? b->next_n - j : PK) : 0;
-    fx_spread pf = fx_spread_of((m * b->pf_bytes + 63) / 64, nh);
+    fx_spread pf = fx_spread_of((m * b->pf_bytes + 63) / 64, nh, PL2);
     const char *vj = b->V + j * b->vs1;
     for (int64_t h = 0; h < nh; h++, vj += b->vs2) {
       fx_spread_step(&pf, b->next_k + j * b->ks1);
@@ -680,13 +685,13 @@ SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const flash_x512
 }
 
 /* DC: head_dim as a compile-time constant (0: b->D), for the common 64 and 128 */
-SDPA_INLINE void fx_block(const int R, const int KDT, const int VDT, const int IQK, const int DC,
+SDPA_INLINE void fx_block(const int R, const int KDT, const int VDT, const int IQK, const int DC, const int PL2,
                           const flash_x512_block *b) {
   const int64_t rows = b->nh * R, rp = FX_PAD16(rows), nch = rp / 16, D = DC ? DC : b->D;
   float *alpha = b->S + b->n * rp, *mx = alpha + rp;
   __mmask16 *nan = (__mmask16 *)(mx + rp);
   const fx_lanes L = fx_lanes_of(R, b);
-  fx_scores(R, KDT, IQK, DC, b, &L, mx, nan);
+  fx_scores(R, KDT, IQK, DC, PL2, b, &L, mx, nan);
   for (int64_t c = 0; c < nch; c++) fx_softmax(b, &L, c, _mm512_loadu_ps(mx + 16 * c), nan[c], alpha);
   for (int64_t f = 0; f < rows; f++) /* rescale the rows whose max moved */
     if (alpha[f] != 1.0f) {
@@ -694,17 +699,24 @@ SDPA_INLINE void fx_block(const int R, const int KDT, const int VDT, const int I
       float *acc = b->acc + f * D;
       for (int64_t d = 0; d < D; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), a));
     }
-  fx_pv(R, VDT, DC, b);
+  fx_pv(R, VDT, DC, PL2, b);
 }
 
 /* ---- instantiation by (rows per head, K / V dtype, integer Q.K^T) ---- */
 
 typedef void (*fx_block_fn)(const flash_x512_block *);
-#define FX_INST(NAME, KDT, VDT, IQK, R)                         \
-  static void blk_##NAME##_##R(const flash_x512_block *b) {     \
-    if (b->D == 64) fx_block(R, KDT, VDT, IQK, 64, b);          \
-    else if (b->D == 128) fx_block(R, KDT, VDT, IQK, 128, b);   \
-    else fx_block(R, KDT, VDT, IQK, 0, b);                      \
+/* (the prefetch hint a constant in each copy: a run-time hint cost up to 5 %) */
+#define FX_INST_D(NAME, KDT, VDT, IQK, R, PL2)                         \
+  if (b->D == 64) fx_block(R, KDT, VDT, IQK, 64, PL2, b);              \
+  else if (b->D == 128) fx_block(R, KDT, VDT, IQK, 128, PL2, b);       \
+  else fx_block(R, KDT, VDT, IQK, 0, PL2, b);
+#define FX_INST(NAME, KDT, VDT, IQK, R)                                \
+  static void blk_##NAME##_##R(const flash_x512_block *b) {            \
+    if (b->pf_l2) {                                                    \
+      FX_INST_D(NAME, KDT, VDT, IQK, R, 1)                             \
+    } else {                                                           \
+      FX_INST_D(NAME, KDT, VDT, IQK, R, 0)                             \
+    }                                                                  \
   }
 #define FX_INST_R(NAME, KDT, VDT, IQK)                                                  \
   FX_INST(NAME, KDT, VDT, IQK, 1) FX_INST(NAME, KDT, VDT, IQK, 2)                      \

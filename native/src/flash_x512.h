@@ -13,6 +13,17 @@
 
 #define FLASH_X512_KV_BLOCK 32 /* keys per block (sdpa_probe/cases.py X512_KV_BLOCK) */
 
+/* Cross prefetches (a block's V rows while its scores run, the next block's K
+ * rows while P.V runs) go to L2 rather than L1 when a block's K rows are more
+ * than an L1 can hold beside the lines in use, and the task's K and V more than
+ * an L2 holds (so that they stream from L3 or DRAM). On the Xeon (48 KiB L1d,
+ * 2 MiB L2), at (16, 16, 128) kv 8192 (128-256 KiB blocks) L2 was 14-19 % faster
+ * cold and 4-21 % faster warm for F16, F32 and int8, and 15 % faster cold at
+ * (32, 8, 64) F32 (64 KiB blocks); at kv 512 (L2-resident) it was 7 % slower,
+ * and with 32 KiB blocks or less, 0-3 % slower. (To L1 had measured 2-3 % ahead
+ * of L2 on Zen 5, with (32, 8, 64) blocks.) */
+#define FLASH_X512_PF_L2(block_bytes, task_bytes) ((block_bytes) > (32 << 10) && (task_bytes) > (2 << 20))
+
 typedef struct flash_x512_block {
   int64_t nh, R, qbr; /* kv heads, rows per head (1, 2, 4, 8 or 16), query rows */
   int64_t D;          /* head_dim, a multiple of 16 */
@@ -33,6 +44,7 @@ typedef struct flash_x512_block {
   float *acc, *m, *l;     /* [nh * R][D], [nh * R], [nh * R]: running output, max, sum */
   float *S;               /* scratch, flash_x512_scratch_floats */
   int64_t pf_bytes;       /* bytes of a position's K (= V) rows when they are dense; 0: no prefetch */
+  int pf_l2;              /* the cross prefetches to L2 (prefetcht1), not L1: FLASH_X512_PF_L2 */
   const char *next_k;     /* the next block's first K row */
   int64_t next_n;         /* keys of the next block (0: none) */
 } flash_x512_block;
