@@ -14,15 +14,16 @@
 #define FLASH_X512_KV_BLOCK 32 /* keys per block (sdpa_probe/cases.py X512_KV_BLOCK) */
 
 /* Cross prefetches (a block's V rows while its scores run, the next block's K
- * rows while P.V runs) go to L2 rather than L1 when a block's K rows are more
- * than an L1 can hold beside the lines in use, and the task's K and V more than
- * an L2 holds (so that they stream from L3 or DRAM). On the Xeon (48 KiB L1d,
- * 2 MiB L2), at (16, 16, 128) kv 8192 (128-256 KiB blocks) L2 was 14-19 % faster
- * cold and 4-21 % faster warm for F16, F32 and int8, and 15 % faster cold at
- * (32, 8, 64) F32 (64 KiB blocks); at kv 512 (L2-resident) it was 7 % slower,
- * and with 32 KiB blocks or less, 0-3 % slower. (To L1 had measured 2-3 % ahead
- * of L2 on Zen 5, with (32, 8, 64) blocks.) */
-#define FLASH_X512_PF_L2(block_bytes, task_bytes) ((block_bytes) > (32 << 10) && (task_bytes) > (2 << 20))
+ * rows while P.V runs) go to L2 rather than L1 when a block's K rows take 32 KiB
+ * or more (two thirds of a 48 KiB L1d, beside the lines in use) and the task's K
+ * and V are more than an L2 holds (so that they stream from L3 or DRAM): to L2,
+ * more misses are in flight (the L2's queue, not the L1's fill buffers). On the
+ * Xeon (2 MiB L2): (16, 16, 128) kv 8192 (64-256 KiB blocks) 14-20 % faster
+ * cold and 4-23 % faster warm for F16, F32 and int8; (32, 8, 64) kv 8192 F32
+ * (64 KiB) 16 % faster cold, F16 (32 KiB) 10 % cold, 3 % warm; at kv 512
+ * (L2-resident) to L2 was 7 % slower, and int8 (32, 8, 64) (16 KiB blocks)
+ * 0-3 % slower. (To L1 had measured 2-3 % ahead of L2 on Zen 5 at (32, 8, 64).) */
+#define FLASH_X512_PF_L2(block_bytes, task_bytes) ((block_bytes) >= (32 << 10) && (task_bytes) > (2 << 20))
 
 typedef struct flash_x512_block {
   int64_t nh, R, qbr; /* kv heads, rows per head (1, 2, 4, 8 or 16), query rows */
