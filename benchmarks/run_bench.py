@@ -61,15 +61,17 @@ def markdown(doc: dict, targets: list[dict], command: str) -> str:
             + "".join(f"; {dt} -> F32 {roof[f'cvt_{dt}_gelems_all']} G elements/s"
                       for dt in ("f16", "i8") if roof.get(f"cvt_{dt}_gelems_all")))
     lines += ["", "| shape | kernel | median µs | IQR µs | GB/s | % DRAM | % DRAM same run | "
-              "% roofline | bound | " + " | ".join(f"{p} µs | vs {p}" for p in peers) + " |",
-              "|---|---|--:|--:|--:|--:|--:|--:|---|" + "--:|--:|" * len(peers)]
+              "% roofline | bound | limit (L2 µs) | "
+              + " | ".join(f"{p} µs | vs {p}" for p in peers) + " |",
+              "|---|---|--:|--:|--:|--:|--:|--:|---|---|" + "--:|--:|" * len(peers)]
     for r in doc["results"]:
         row = [f"`{r['shape']}`", r["kernel"], _us(r["median_us"]), _us(r["iqr_us"]),
                f"{r['gb_s']:.1f}", _pct(r["dram_pct"]),
                _pct(r.get("dram_pct_same_run")) + (f" of {r['read_gb_s_same_run']:.1f}"
                                                    if r.get("read_gb_s_same_run") else ""),
                _pct(r["roofline_pct"]),
-               r.get("bound") or "-"]
+               r.get("bound") or "-",
+               f"{r['limit']} ({_us(r['core_us'])})" if r.get("limit") else "-"]
         for p in peers:
             if p in r["ratio"]:
                 row += [_us(r["peers"][p]["median_us"]), f"**{r['ratio'][p]:.2f}x**"]

@@ -473,6 +473,47 @@ def f32_reference(shape: Shape, threads: int, n_sets: int = 1) -> NativeParty | 
     return party
 
 
+# A decode call within this factor of its L2-resident time is limited by the core
+# (its arithmetic, conversions, overheads), not by where K and V come from.
+CORE_LIMIT_SLACK = 1.15
+
+
+def _l2_bytes_for(threads: int) -> int | None:
+    """The L2 capacity the threads have between them (one L2 per core assumed)."""
+    try:
+        from . import machine
+
+        c = machine.cache_sizes()
+    except (ImportError, AttributeError, OSError):
+        return None
+    if not c.get("l2_bytes"):
+        return None
+    return threads * c["l2_bytes"] // max(1, c.get("l2_shared_cpus") or 1)
+
+
+def core_lengths(shape: Shape, l2_bytes: int | None) -> tuple[int, int] | None:
+    """Two context lengths of a decode shape whose K / V fit in half the L2s, for
+    the L2-resident time per key (the slope between them leaves the call's fixed
+    costs out); None when the shape is not a longer decode or there is no L2 size."""
+    if shape.kind != "decode" or not l2_bytes:
+        return None
+    per_key = shape.kv_bytes / shape.kv_len
+    kv2 = int(l2_bytes / 2 // per_key) // 64 * 64
+    kv1 = kv2 // 4 // 64 * 64
+    if kv1 < 64 or kv2 - kv1 < 128 or shape.kv_len <= kv2:
+        return None
+    return kv1, kv2
+
+
+def core_limit(median_us: float, kv_len: int, lengths: tuple[int, int],
+               t1_us: float, t2_us: float) -> tuple[float, str]:
+    """The L2-resident time extrapolated to kv_len from the two short runs, and
+    whether the call is within CORE_LIMIT_SLACK of it ("core") or not ("memory")."""
+    kv1, kv2 = lengths
+    core_us = t1_us + (t2_us - t1_us) * (kv_len - kv1) / (kv2 - kv1)
+    return core_us, ("core" if median_us <= CORE_LIMIT_SLACK * core_us else "memory")
+
+
 def ratio_columns(doc: dict) -> list[str]:
     """The peers of a bench document, then F32_REFERENCE if any result has it."""
     cols = list(doc["peers"])
@@ -610,6 +651,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         notes.append("the roofline was measured while the machine was busy, so the % figures "
                      "are against low ceilings; probe info --refresh re-measures")
     llc = _llc_bytes()
+    l2 = _l2_bytes_for(threads)
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     results = []
@@ -631,6 +673,16 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
             ref = f32_reference(shape, threads, n_sets)
             if ref is not None:
                 parties.append(ref)
+            # decode: each kernel also at two L2-resident context lengths, for its limit
+            lengths = core_lengths(shape, l2)
+            if lengths:
+                for n in names:
+                    for kv in lengths:
+                        short = dataclasses.replace(shape, kv_len=kv)
+                        sp = NativeParty(native.get_kernel(n), short, make_inputs(short, 1),
+                                         threads)
+                        sp.name = f"{n}@kv{kv}"
+                        parties.append(sp)
             if shape.kind == "decode":  # memory-bound: the bandwidth of these very rounds
                 if read is None:
                     read = ReadParty(threads, _read_buffer_bytes())
@@ -657,6 +709,13 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                                                         threads))
             for n in names:
                 st = stats[n]
+                core = {"core_us": None, "core_kv": None, "limit": None}
+                if lengths:
+                    core_us, limit = core_limit(st["median_us"], shape.kv_len, lengths,
+                                                *(stats[f"{n}@kv{kv}"]["median_us"]
+                                                  for kv in lengths))
+                    core = {"core_us": round(core_us, 2), "core_kv": list(lengths),
+                            "limit": limit}
                 results.append({
                     "kernel": n, "shape": shape.name, **shape.as_dict(),
                     "median_us": round(st["median_us"], 2), "iqr_us": round(st["iqr_us"], 2),
@@ -664,6 +723,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                     "bytes": shape.bytes, "kv_bytes": shape.kv_bytes, "flops": shape.flops,
                     **_figures(shape, st, roof, threads),
                     **_same_run_figures(shape, st, same_bw),
+                    **core,
                     "ratio": {p: round(ps["median_us"] / st["median_us"], 3)
                               for p, ps in peer_stats.items()},
                     "peers": {p: {k: (round(v, 2) if isinstance(v, float) else v)

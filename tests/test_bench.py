@@ -122,6 +122,29 @@ def test_json_contract():
             100 * r["gb_s"] / r["read_gb_s_same_run"], rel=0.02)
 
 
+def test_core_limit_extrapolates_the_l2_resident_time():
+    core_us, limit = bench.core_limit(100.0, 1000, (100, 500), 10.0, 50.0)
+    assert core_us == pytest.approx(100.0) and limit == "core"
+    assert bench.core_limit(200.0, 1000, (100, 500), 10.0, 50.0)[1] == "memory"
+    f32 = bench.parse_shape("decode-h8kv2d64-kv2048-f32")  # 1 KiB of K and V a key
+    assert bench.core_lengths(f32, 512 << 10) == (64, 256)
+    assert bench.core_lengths(f32, 64 << 20) is None       # the whole shape fits
+    assert bench.core_lengths(f32, None) is None
+    assert bench.core_lengths(bench.parse_shape("prefill-h8kv2d64-q128-kv2048-causal-f32"),
+                              512 << 10) is None
+
+
+def test_json_reports_the_measured_limit_of_a_decode(monkeypatch):
+    monkeypatch.setattr(bench, "_l2_bytes_for", lambda threads: 512 << 10)
+    doc = bench.run([bench.parse_shape("decode-h8kv2d64-kv2048-f32")], peers=(), threads=2,
+                    rounds=2, min_time=0.002, roofline=FAKE_ROOF)
+    (r,) = doc["results"]
+    assert r["core_kv"] == [64, 256] and r["core_us"] > 0
+    assert r["limit"] in ("core", "memory")
+    assert (r["limit"] == "core") == (r["median_us"] <= bench.CORE_LIMIT_SLACK * r["core_us"])
+    assert set(r["ratio"]) == set()  # the short runs are not peers
+
+
 def test_cli_json_to_stdout_and_cold_mode():
     res = CliRunner().invoke(app, ["bench", "--shape", "decode-h4kv2d64-kv256-f16", "--vs",
                                    "torch", "--rounds", "2", "--min-time", "0.001", "--cold",

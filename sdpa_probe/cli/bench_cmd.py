@@ -38,13 +38,15 @@ def _table(doc: dict) -> Table:
     t.add_column("DRAM run", justify="right")  # against the read benchmark of the same rounds
     t.add_column("roofline", justify="right")
     t.add_column("bound")
+    t.add_column("limit (L2 µs)")  # measured: against the same kernel with K / V in L2
     for p in peers:
         t.add_column(f"{p} µs", justify="right")
         t.add_column(f"vs {p}", justify="right")
     for r in doc["results"]:
         row = [r["shape"], r["kernel"], _us(r["median_us"]), _us(r["iqr_us"]),
                f"{r['gb_s']:.1f}", _pct(r["dram_pct"]), _pct(r.get("dram_pct_same_run")),
-               _pct(r["roofline_pct"]), r.get("bound") or "-"]
+               _pct(r["roofline_pct"]), r.get("bound") or "-",
+               f"{r['limit']} ({_us(r['core_us'])})" if r.get("limit") else "-"]
         for p in peers:
             if p in r["ratio"]:
                 ratio = r["ratio"][p]
