@@ -705,18 +705,22 @@ SDPA_INLINE void fx_block(const int R, const int KDT, const int VDT, const int I
 /* ---- instantiation by (rows per head, K / V dtype, integer Q.K^T) ---- */
 
 typedef void (*fx_block_fn)(const flash_x512_block *);
-/* (the prefetch hint a constant in each copy: a run-time hint cost up to 5 %) */
-#define FX_INST_D(NAME, KDT, VDT, IQK, R, PL2)                         \
-  if (b->D == 64) fx_block(R, KDT, VDT, IQK, 64, PL2, b);              \
-  else if (b->D == 128) fx_block(R, KDT, VDT, IQK, 128, PL2, b);       \
-  else fx_block(R, KDT, VDT, IQK, 0, PL2, b);
-#define FX_INST(NAME, KDT, VDT, IQK, R)                                \
-  static void blk_##NAME##_##R(const flash_x512_block *b) {            \
-    if (b->pf_l2) {                                                    \
-      FX_INST_D(NAME, KDT, VDT, IQK, R, 1)                             \
-    } else {                                                           \
-      FX_INST_D(NAME, KDT, VDT, IQK, R, 0)                             \
-    }                                                                  \
+/* The prefetch hint is a constant in each copy (read at run time it cost up to
+ * 5 %); the L2 copies exist for head_dim 64 / 128, up to 4 rows per head and the
+ * non-BF16 dtypes only, which keeps the build time (every copy is a fully
+ * unrolled block) within 1.5x of a build without them; other blocks keep L1. */
+#define FX_INST(NAME, KDT, VDT, IQK, R)                                          \
+  static void blk_##NAME##_##R(const flash_x512_block *b) {                      \
+    if (b->pf_l2 && (R) <= 4 && (KDT) != SDPA_BF16 && (b->D == 64 || b->D == 128)) { \
+      if (b->D == 64) fx_block(R, KDT, VDT, IQK, 64, 1, b);                      \
+      else fx_block(R, KDT, VDT, IQK, 128, 1, b);                                \
+    } else if (b->D == 64) {                                                     \
+      fx_block(R, KDT, VDT, IQK, 64, 0, b);                                      \
+    } else if (b->D == 128) {                                                    \
+      fx_block(R, KDT, VDT, IQK, 128, 0, b);                                     \
+    } else {                                                                     \
+      fx_block(R, KDT, VDT, IQK, 0, 0, b);                                       \
+    }                                                                            \
   }
 #define FX_INST_R(NAME, KDT, VDT, IQK)                                                  \
   FX_INST(NAME, KDT, VDT, IQK, 1) FX_INST(NAME, KDT, VDT, IQK, 2)                      \
