@@ -480,12 +480,7 @@ CORE_LIMIT_SLACK = 1.15
 
 def _l2_bytes_for(threads: int) -> int | None:
     """The L2 capacity the threads have between them (one L2 per core assumed)."""
-    try:
-        from . import machine
-
-        c = machine.cache_sizes()
-    except (ImportError, AttributeError, OSError):
-        return None
+    c = _cache_sizes()
     if not c.get("l2_bytes"):
         return None
     return threads * c["l2_bytes"] // max(1, c.get("l2_shared_cpus") or 1)
@@ -503,6 +498,10 @@ def core_lengths(shape: Shape, l2_bytes: int | None) -> tuple[int, int] | None:
     if kv1 < 64 or kv2 - kv1 < 128 or shape.kv_len <= kv2:
         return None
     return kv1, kv2
+
+
+def _core_party_name(kernel: str, kv_len: int) -> str:
+    return f"{kernel}@kv{kv_len}"
 
 
 def core_limit(median_us: float, kv_len: int, lengths: tuple[int, int],
@@ -551,14 +550,19 @@ def _roofline() -> dict | None:
         return None
 
 
-def _llc_bytes() -> int | None:
+def _cache_sizes() -> dict:
+    """machine.cache_sizes(), or {} where it cannot be read."""
     try:
         from . import machine
 
-        c = machine.cache_sizes()
-        return c.get("l3_bytes") or c.get("l2_bytes")
+        return machine.cache_sizes()
     except (ImportError, AttributeError, OSError):
-        return None
+        return {}
+
+
+def _llc_bytes() -> int | None:
+    c = _cache_sizes()
+    return c.get("l3_bytes") or c.get("l2_bytes")
 
 
 def _figures(shape: Shape, stats: dict, roof: dict | None, threads: int) -> dict:
@@ -681,7 +685,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                         short = dataclasses.replace(shape, kv_len=kv)
                         sp = NativeParty(native.get_kernel(n), short, make_inputs(short, 1),
                                          threads)
-                        sp.name = f"{n}@kv{kv}"
+                        sp.name = _core_party_name(n, kv)
                         parties.append(sp)
             if shape.kind == "decode":  # memory-bound: the bandwidth of these very rounds
                 if read is None:
@@ -712,7 +716,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                 core = {"core_us": None, "core_kv": None, "limit": None}
                 if lengths:
                     core_us, limit = core_limit(st["median_us"], shape.kv_len, lengths,
-                                                *(stats[f"{n}@kv{kv}"]["median_us"]
+                                                *(stats[_core_party_name(n, kv)]["median_us"]
                                                   for kv in lengths))
                     core = {"core_us": round(core_us, 2), "core_kv": list(lengths),
                             "limit": limit}

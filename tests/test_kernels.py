@@ -96,24 +96,17 @@ def test_flash_block_sizes_are_parameters():
             np.testing.assert_allclose(buf.values(), prep.ref, rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16", "i8"])
-def test_flash_decode_split_k_counts(dtype):
-    """Decode (the AVX-512 block path where built) with 1 to 7 kv splits, ragged last
-    ones included, merges to the oracle's answer. One-thread runs take one split, so
-    the merge is exercised here explicitly."""
-    case = Case("splits", q_len=1, kv_len=301, dtype=dtype, n_heads=8, n_kv_heads=2,
-                start_pos=300)
+def _assert_decode_matches_oracle(case: Case, runs) -> None:
+    """Runs (threads, kv splits; 0: the kernel's choice) of `flash` (`quant_int8` for
+    int8, which takes no split count) on a decode case, each against the oracle."""
     prep = prepare_case(case)
     ffi, lib, _ = native.native_lib()
     atol, rtol = tolerance(case)
-    # quant_int8 has no options entry point: its default split count, per thread count
-    runs = ((1, 0), (2, 0), (3, 0)) if dtype == "i8" else (
-        (1, 1), (1, 2), (2, 3), (1, 7), (2, 0), (1, 0))
     for threads, splits in runs:
         buf = out_buffer(case)
         call = native.prepare(ffi, prep.data.q_store, prep.data.k_store, prep.data.v_store,
-                              buf.view, start_pos=300, n_threads=threads)
-        if dtype == "i8":
+                              buf.view, start_pos=case.start_pos, n_threads=threads)
+        if case.dtype == "i8":
             assert native.get_kernel("quant_int8").forward_args(call.args) == 0
         else:
             opts = ffi.new("sdpa_probe_flash_opts *", {"q_block": 0, "kv_block": 0,
@@ -124,23 +117,26 @@ def test_flash_decode_split_k_counts(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "i8"])
+def test_flash_decode_split_k_counts(dtype):
+    """Decode (the AVX-512 block path where built) with 1 to 7 kv splits, ragged last
+    ones included, merges to the oracle's answer. One-thread runs take one split, so
+    the merge is exercised here explicitly."""
+    case = Case("splits", q_len=1, kv_len=301, dtype=dtype, n_heads=8, n_kv_heads=2,
+                start_pos=300)
+    # quant_int8 has no options entry point: its default split count, per thread count
+    runs = ((1, 0), (2, 0), (3, 0)) if dtype == "i8" else (
+        (1, 1), (1, 2), (2, 3), (1, 7), (2, 0), (1, 0))
+    _assert_decode_matches_oracle(case, runs)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "i8"])
 def test_flash_decode_wide_positions_long_task(dtype):
     """Decode with 16 kv heads of head_dim 128 (4-8 KiB a position) over a 600-key task:
     on the AVX-512 block path these are the blocks whose cross prefetches go to L2
     (FLASH_X512_PF_L2), a separate instantiation; it must match the oracle too."""
     case = Case("wide", q_len=1, kv_len=600, dtype=dtype, n_heads=16, n_kv_heads=16,
                 head_dim=128, start_pos=599)
-    prep = prepare_case(case)
-    ffi, lib, _ = native.native_lib()
-    atol, rtol = tolerance(case)
-    name = "quant_int8" if dtype == "i8" else "flash"
-    for threads in (1, 2):
-        buf = out_buffer(case)
-        call = native.prepare(ffi, prep.data.q_store, prep.data.k_store, prep.data.v_store,
-                              buf.view, start_pos=599, n_threads=threads)
-        assert native.get_kernel(name).forward_args(call.args) == 0
-        np.testing.assert_allclose(buf.values(), prep.ref, rtol=rtol, atol=atol,
-                                   err_msg=f"threads {threads}")
+    _assert_decode_matches_oracle(case, ((1, 0), (2, 0)))
 
 
 def test_quant_alloc_counts_allocations_per_block():
