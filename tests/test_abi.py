@@ -132,3 +132,29 @@ def test_failed_native_build_falls_back_with_its_reason(tmp_path, monkeypatch):
     assert "no native target here" in res.fallback_reason
     again = build.build(native.user_kernel_spec(EXAMPLE_KERNEL), cc=str(cc))
     assert again.cached and again.fallback and "no native target here" in again.fallback_reason
+
+
+def test_sources_compile_in_parallel(tmp_path, monkeypatch):
+    """Each source is its own compiler run, two at a time with two CPUs: a compiler
+    that waits (up to 20 s) for the other to start sees it when they overlap."""
+    monkeypatch.setenv("SDPA_PROBE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(build, "_build_jobs", lambda: 2)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    cc = tmp_path / "cc-meet"
+    cc.write_text(f'#!/bin/sh\ncase " $* " in *" -c "*"/src_"*)\n'
+                  f'  touch {runs}/$$; i=0\n'
+                  f'  while [ "$(ls {runs} | wc -l)" -lt 2 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done\n'
+                  f'  ls {runs} | wc -l > {runs}.$$;;\nesac\nexec gcc "$@"\n')
+    cc.chmod(0o755)
+    srcs = []
+    for name in ("a", "b"):
+        src = tmp_path / f"src_{name}.c"
+        src.write_text(f"int probe_{name}(void) {{ return 1; }}\n")
+        srcs.append(src)
+    spec = build.BuildSpec(stem="two_sources", cdef="int probe_a(void); int probe_b(void);",
+                           source="int probe_a(void); int probe_b(void);\n", sources=tuple(srcs))
+    mod = build.load(build.build(spec, cc=str(cc)))
+    assert mod.lib.probe_a() + mod.lib.probe_b() == 2
+    seen = [int(p.read_text()) for p in tmp_path.glob("runs.*")]
+    assert len(seen) == 2 and min(seen) == 2, seen

@@ -179,7 +179,7 @@ SDPA_INLINE v8f sdpa_ld8(const char *p, const int DT, v8i zp) {
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
 #define SDPA_HAVE_AVX512 1
 /* 16 consecutive elements of dtype DT at p as float; I8 gives (x - zp): the
- * AVX-512 kernels' conversion (flash_x512.c), and the one `probe info` times there. */
+ * AVX-512 kernels' conversion (flash_x512_block.h), and the one `probe info` times there. */
 SDPA_INLINE __m512 sdpa_ld16(const char *p, const int DT, __m512i zp) {
   if (DT == SDPA_F32) return _mm512_loadu_ps((const float *)p);
   if (DT == SDPA_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));

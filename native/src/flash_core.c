@@ -58,7 +58,7 @@ typedef struct {
   int iqk;                /* fast path, int8 Q and K: integer Q.K^T */
   int panel;              /* fast path, many rows per head (prefill): K block transposed
                              (and V converted) once per block, GEMM-style score tiles */
-  int x512;               /* decode tasks on the AVX-512 block path (flash_x512.c): every kv
+  int x512;               /* decode tasks on the AVX-512 block path (flash_x512_block.h): every kv
                              head of a key block at once, in memory order */
   char *scratch;
   int64_t scratch_stride; /* bytes per thread */

@@ -7,7 +7,7 @@
 #include "sdpa_probe_machine.h"
 
 #if defined(SDPA_HAVE_AVX512)
-/* the width the AVX-512 kernels (flash_x512.c) compute in */
+/* the width the AVX-512 kernels (flash_x512_block.h) compute in */
 typedef __m512 mb_vec;
 #define MB_LANES 16
 #define MB_CHAINS 24 /* 32 zmm registers: 24 accumulators + multiplier + addend */
