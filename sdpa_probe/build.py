@@ -207,7 +207,7 @@ def _compile_objects(spec: BuildSpec, module_name: str, cc: list[str], flags: li
             done = list(pool.map(run, order))
     except OSError as exc:
         raise BuildError(f"compiling {module_name} failed: {exc}") from None
-    for (src, _), out in zip(order, done):
+    for (src, _), out in zip(order, done, strict=True):
         if out.returncode != 0:
             errors = [ln for ln in out.stderr.splitlines() if "error" in ln.lower()]
             detail = errors[0].strip() if errors else f"{src.name}: exit {out.returncode}"

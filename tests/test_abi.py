@@ -144,7 +144,8 @@ def test_sources_compile_in_parallel(tmp_path, monkeypatch):
     cc = tmp_path / "cc-meet"
     cc.write_text(f'#!/bin/sh\ncase " $* " in *" -c "*"/src_"*)\n'
                   f'  touch {runs}/$$; i=0\n'
-                  f'  while [ "$(ls {runs} | wc -l)" -lt 2 ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done\n'
+                  f'  while [ "$(ls {runs} | wc -l)" -lt 2 ] && [ $i -lt 200 ]; do\n'
+                  f'    sleep 0.1; i=$((i+1))\n  done\n'
                   f'  ls {runs} | wc -l > {runs}.$$;;\nesac\nexec gcc "$@"\n')
     cc.chmod(0o755)
     srcs = []
