@@ -67,7 +67,6 @@ int sdpa_probe_decode_state_new(const sdpa_probe_decode_model *m, int32_t graph,
                                 int64_t kernel_index, int32_t cache_dtype, int64_t capacity,
                                 int32_t n_threads, sdpa_probe_decode_state **out);
 void sdpa_probe_decode_state_free(sdpa_probe_decode_state *s);
-typedef int (*sdpa_probe_forward_fn)(const sdpa_args *args);
 int sdpa_probe_decode_set_forward(sdpa_probe_decode_state *s, sdpa_probe_forward_fn fn);
 int64_t sdpa_probe_decode_op_count(const sdpa_probe_decode_state *s);
 int sdpa_probe_decode_op_info(const sdpa_probe_decode_state *s, int64_t i, const char **name,

@@ -15,6 +15,7 @@ typedef struct sdpa_args {
   const float *mask; int64_t mask_row_stride;
   int32_t is_causal; int64_t start_pos; float scale; int32_t n_threads;
 } sdpa_args;
+typedef int (*sdpa_probe_forward_fn)(const sdpa_args *args);
 """
 
 USER_KERNEL = ABI + """
@@ -47,6 +48,8 @@ int64_t sdpa_probe_alloc_guard_records(sdpa_probe_alloc_record *out, int64_t max
 int sdpa_probe_alloc_guard_test(int64_t bytes, int64_t write_from, int64_t write_to);
 int sdpa_probe_bench_loop(int64_t kernel_index, const sdpa_args *args, int64_t n_args,
                           int64_t iters, double *seconds_out);
+int sdpa_probe_bench_loop_fn(sdpa_probe_forward_fn fn, const sdpa_args *args, int64_t n_args,
+                             int64_t iters, double *seconds_out);
 """
 
 # Feature bits of enum sdpa_probe_feature, in bit order.

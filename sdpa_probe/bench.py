@@ -266,14 +266,22 @@ class Party:
 
 
 class NativeParty(Party):
+    """A kernel behind the C ABI, timed in the library's C loop: a registered kernel
+    by its index, a user kernel through its sdpa_forward's address."""
+
     def __init__(self, kernel: native.Kernel, shape: Shape, sets: list[Inputs], threads: int):
         self.name = kernel.name
         self.kernel = kernel
         self.shape = shape
-        ffi, lib = kernel.ffi, kernel.lib
-        if not hasattr(lib, "sdpa_probe_bench_loop"):
-            raise ProbeError("the native library lacks sdpa_probe_bench_loop (stale build?)")
+        ffi, lib, _ = native.native_lib()  # (a user kernel's module has no loop of its own)
+        if not hasattr(lib, "sdpa_probe_bench_loop_fn"):
+            raise ProbeError("the native library lacks sdpa_probe_bench_loop_fn (stale build?)")
         self._lib, self._ffi = lib, ffi
+        self._fn = None
+        if kernel.user:
+            uffi = kernel.ffi
+            address = int(uffi.cast("uintptr_t", uffi.addressof(kernel.lib, "sdpa_forward")))
+            self._fn = ffi.cast("sdpa_probe_forward_fn", address)
         self._calls = [native.prepare(ffi, s.q, s.k, s.v, s.out, is_causal=shape.causal,
                                       start_pos=shape.start_pos, n_threads=threads)
                        for s in sets]
@@ -289,7 +297,10 @@ class NativeParty(Party):
         order = self._ffi.new("sdpa_args[]", k)
         for i in range(k):
             order[i] = self._args[(self._next + i) % k]
-        st = self._lib.sdpa_probe_bench_loop(self.kernel.info.index, order, k, n, buf)
+        if self._fn is not None:
+            st = self._lib.sdpa_probe_bench_loop_fn(self._fn, order, k, n, buf)
+        else:
+            st = self._lib.sdpa_probe_bench_loop(self.kernel.info.index, order, k, n, buf)
         native.raise_for_status(int(st), self.name)
         self._next = (self._next + n) % k
         return list(self._ffi.unpack(buf, n))
@@ -606,36 +617,82 @@ def _same_run_figures(shape: Shape, stats: dict, read_gb_s: float | None) -> dic
             "dram_pct_same_run": round(100.0 * gb_s / read_gb_s, 1)}
 
 
-def kernels_for(shape: Shape, kernels: Sequence[str] | None) -> list[str]:
+def is_kernel_file(spec: str) -> bool:
+    return spec.endswith((".c", ".so")) or os.sep in spec
+
+
+def resolve_kernels(specs: Sequence[str]) -> list[native.Kernel]:
+    """Registered kernels by name and user kernels from .c / .so files (built, or found
+    in the build cache), in order; two files of one name are told apart by their path."""
+    known = native.builtin_kernels()
+    out: list[native.Kernel] = []
+    for spec in specs:
+        if is_kernel_file(spec):
+            k = native.load_user_kernel(spec)
+            if any(o.name == k.name for o in out):
+                k = native.Kernel(k.ffi, k.lib, dataclasses.replace(k.info, name=f"user:{spec}"),
+                                  user=True)
+        elif spec in known:
+            k = known[spec]
+        else:
+            raise ProbeError(f"unknown kernel {spec!r}; known: {', '.join(known)}, "
+                             "or a .c / .so file implementing sdpa_forward")
+        if any(o.name == k.name for o in out):
+            raise ProbeError(f"{spec} is given twice (as a kernel or a peer)")
+        out.append(k)
+    return out
+
+
+def takes(kernel: native.Kernel, shape: Shape) -> bool:
+    """Whether a registered kernel takes the shape's dtype (a user kernel says so by
+    its status, at the first call)."""
+    if kernel.user:
+        return True
+    if shape.dtype not in kernel.info.dtypes:
+        return False
+    return not (kernel.name.startswith("quant") and shape.dtype != "i8")  # int8 K/V only
+
+
+def kernels_for(shape: Shape, kernels: Sequence[native.Kernel] | None) -> list[native.Kernel]:
     """The native kernels to run on a shape: the given ones that take its dtype, or
     the default fused kernel for the dtype."""
     if not kernels:
-        return [DEFAULT_KERNEL[shape.dtype]]
-    known = native.builtin_kernels()
-    out = []
-    for name in kernels:
-        k = known.get(name)
-        if k is None:
-            raise ProbeError(f"unknown kernel {name!r}; known: {', '.join(known)}")
-        if shape.dtype not in k.info.dtypes:
-            continue
-        if name.startswith("quant") and shape.dtype != "i8":
-            continue  # the int8 kernels want int8 K/V
-        out.append(name)
-    return out
+        return [native.get_kernel(DEFAULT_KERNEL[shape.dtype])]
+    return [k for k in kernels if takes(k, shape)]
+
+
+def _first_call(party: NativeParty) -> str | None:
+    """Run a party's kernel once: None if it ran, else why it cannot be timed."""
+    from .errors import SdpaInvalid, SdpaUnsupported
+
+    try:
+        party.run(1)
+    except SdpaUnsupported:
+        return "SDPA_UNSUPPORTED"
+    except SdpaInvalid as exc:
+        return str(exc).split(": ", 1)[-1]
+    return None
 
 
 def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         peers: Sequence[str] = ("torch",), threads: int | None = None, cold: bool = False,
         rounds: int = 7, min_time: float = 0.05, progress: Progress | None = None,
         roofline: dict | None | bool = True) -> dict:
-    """Benchmark every (kernel, shape) against the peers; returns the JSON document."""
+    """Benchmark every (kernel, shape) against the peers; returns the JSON document.
+    Kernels and peers other than torch / executorch are registered kernel names or
+    .c / .so files implementing sdpa_forward (a native peer is timed like a kernel)."""
     import torch
 
     say = progress or (lambda _m: None)
+    known = native.builtin_kernels()
     for p in peers:
-        if p not in PEERS:
-            raise ProbeError(f"unknown peer {p!r}; known: {', '.join(PEERS)}")
+        if p not in PEERS and p not in known and not is_kernel_file(p):
+            raise ProbeError(f"unknown peer {p!r}; known: {', '.join(PEERS)}, a kernel "
+                             f"({', '.join(known)}) or a .c / .so file implementing sdpa_forward")
+    kernels = list(kernels or [])
+    resolved = resolve_kernels(kernels + [p for p in peers if p not in PEERS])
+    chosen, native_peers = resolved[:len(kernels)] or None, resolved[len(kernels):]
+    peers = [p for p in peers if p in PEERS] + [k.name for k in native_peers]
     ffi, lib, res = native.native_lib()
     if threads is None or threads <= 0:
         threads = int(lib.sdpa_probe_default_threads())
@@ -662,16 +719,26 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
     read: ReadParty | None = None
     try:
         for shape in shapes:
-            names = kernels_for(shape, kernels)
-            if not names:
+            ks = kernels_for(shape, chosen)
+            if not ks:
                 notes.append(f"{shape.name}: no selected kernel takes {shape.dtype}")
                 continue
             n_sets = cold_sets(shape, llc) if cold else 1
-            say(f"{shape.name}: {', '.join(names + peers)}"
+            say(f"{shape.name}: {', '.join([k.name for k in ks] + peers)}"
                 + (f" ({n_sets} input sets)" if cold else ""))
             sets = make_inputs(shape, n_sets)
-            parties: list[Party] = [NativeParty(native.get_kernel(n), shape, sets, threads)
-                                    for n in names]
+            parties: list[Party] = []
+            for k in ks:  # (a user kernel says by its status whether it takes the shape)
+                party = NativeParty(k, shape, sets, threads)
+                why = _first_call(party)
+                if why:
+                    notes.append(f"{shape.name}: {k.name} returned {why}: skipped")
+                else:
+                    parties.append(party)
+            ks = [k for k in ks if any(p.name == k.name for p in parties)]
+            names = [k.name for k in ks]
+            if not names:
+                continue
             # F16 / BF16 / int8: `flash` on the same shape in F32, timed in the same rounds, so
             # "how much faster than F32" is a side-by-side ratio like the peers' ones
             ref = f32_reference(shape, threads, n_sets)
@@ -680,20 +747,33 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
             # decode: each kernel also at two L2-resident context lengths, for its limit
             lengths = core_lengths(shape, l2)
             if lengths:
-                for n in names:
+                for k in ks:
                     for kv in lengths:
                         short = dataclasses.replace(shape, kv_len=kv)
-                        sp = NativeParty(native.get_kernel(n), short, make_inputs(short, 1),
-                                         threads)
-                        sp.name = _core_party_name(n, kv)
+                        sp = NativeParty(k, short, make_inputs(short, 1), threads)
+                        sp.name = _core_party_name(k.name, kv)
                         parties.append(sp)
             if shape.kind == "decode":  # memory-bound: the bandwidth of these very rounds
                 if read is None:
                     read = ReadParty(threads, _read_buffer_bytes())
                 parties.append(read)
             peer_skips = {}
+            native_peer = {k.name: k for k in native_peers}
             for p in peers:
-                if p == "torch":
+                if p in native_peer:
+                    k = native_peer[p]
+                    if p in names:
+                        peer_skips[p] = "it is a kernel of this run"
+                    elif not takes(k, shape):
+                        peer_skips[p] = f"no {shape.dtype} path"
+                    else:
+                        party = NativeParty(k, shape, sets, threads)
+                        why = _first_call(party)
+                        if why:
+                            peer_skips[p] = f"returned {why}"
+                        else:
+                            parties.append(party)
+                elif p == "torch":
                     parties.append(torch_party(shape, sets))
                 else:
                     why = executorch_unsupported(shape)

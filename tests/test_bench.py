@@ -165,6 +165,69 @@ def test_cli_refuses_unknown_peer_and_shape():
     assert res.exit_code == 2 and "bad shape" in res.output
 
 
+# ---- your own kernels: .c / .so files, as kernels and as peers ------------------------
+
+REFUSER = '#include "sdpa_probe.h"\nint sdpa_forward(const sdpa_args *a) { (void)a; return 1; }\n'
+
+
+def test_a_user_kernel_is_timed_against_flash_in_the_same_rounds():
+    from conftest import EXAMPLE_KERNEL
+
+    shape = bench.parse_shape("decode-h4kv2d64-kv256-f32")
+    doc = bench.run([shape], kernels=[str(EXAMPLE_KERNEL)], peers=["flash"], threads=2,
+                    rounds=2, min_time=0.002, roofline=FAKE_ROOF)
+    (r,) = doc["results"]
+    assert r["kernel"] == "user:minimal_sdpa.c" and doc["peers"] == ["flash"]
+    assert r["ratio"]["flash"] == pytest.approx(
+        r["peers"]["flash"]["median_us"] / r["median_us"], rel=1e-2)
+
+
+def test_two_versions_of_a_kernel_file_are_told_apart(tmp_path):
+    from conftest import EXAMPLE_KERNEL
+
+    for d in ("old", "new"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "k.c").write_text(EXAMPLE_KERNEL.read_text())
+    new, old = str(tmp_path / "new" / "k.c"), str(tmp_path / "old" / "k.c")
+    doc = bench.run([bench.parse_shape("decode-h4kv2d64-kv128-f32")], kernels=[new],
+                    peers=[old], threads=1, rounds=2, min_time=0.002, roofline=FAKE_ROOF)
+    (r,) = doc["results"]
+    assert r["kernel"] == "user:k.c" and list(r["ratio"]) == [f"user:{old}"]
+    with pytest.raises(ProbeError, match="given twice"):
+        bench.resolve_kernels(["flash", "flash"])
+
+
+def test_a_kernel_that_refuses_a_shape_is_left_out_with_the_reason(tmp_path):
+    refuser = tmp_path / "refuser.c"
+    refuser.write_text(REFUSER)
+    shape = bench.parse_shape("decode-h4kv2d64-kv128-f16")
+    doc = bench.run([shape], kernels=[str(refuser)], peers=[], threads=1, rounds=1,
+                    min_time=0.0, roofline=FAKE_ROOF)
+    assert doc["results"] == []
+    assert any("user:refuser.c returned SDPA_UNSUPPORTED" in n for n in doc["notes"])
+    doc = bench.run([shape], peers=[str(refuser), "quant_int8"], threads=1, rounds=1,
+                    min_time=0.0, roofline=FAKE_ROOF)
+    (r,) = doc["results"]
+    assert r["peer_skipped"] == {"user:refuser.c": "returned SDPA_UNSUPPORTED",
+                                 "quant_int8": "no f16 path"}
+
+
+def test_cli_times_a_kernel_file_and_refuses_a_missing_one(tmp_path):
+    from conftest import EXAMPLE_KERNEL
+
+    runner = CliRunner()
+    res = runner.invoke(app, ["bench", "--shape", "decode-h4kv2d64-kv64-f32", "--kernel",
+                              str(EXAMPLE_KERNEL), "--vs", "flash", "--rounds", "1",
+                              "--min-time", "0", "--json", "-"])
+    assert res.exit_code == 0, res.output
+    (r,) = json.loads(res.stdout)["results"]
+    assert r["kernel"] == "user:minimal_sdpa.c" and "flash" in r["ratio"]
+    res = runner.invoke(app, ["bench", "--shape", "decode-h4kv2d64-kv64-f32", "--kernel",
+                              str(tmp_path / "missing.c")])
+    assert res.exit_code == 2 and "not found" in res.output
+    assert "Traceback" not in res.output
+
+
 # ---- regression guards: ratios only --------------------------------------------------
 
 def _ratio(shape: str, kernel: str, peer: str, attempts: int = 5, want: float = 1.0) -> float:
@@ -173,15 +236,10 @@ def _ratio(shape: str, kernel: str, peer: str, attempts: int = 5, want: float = 
     best = 0.0
     s = bench.parse_shape(shape)
     for _ in range(attempts):
-        if peer in bench.PEERS or peer == bench.F32_REFERENCE:  # (the latter joins by itself)
-            doc = bench.run([s], kernels=[kernel], peers=[peer] if peer in bench.PEERS else [],
-                            rounds=5, min_time=0.02, roofline=False)
-            r = doc["results"][0]["ratio"][peer]
-        else:  # another native kernel
-            doc = bench.run([s], kernels=[kernel, peer], peers=[], rounds=5, min_time=0.02,
-                            roofline=False)
-            a, b = doc["results"]
-            r = b["median_us"] / a["median_us"]
+        # (flash@f32 joins by itself; torch, executorch or another native kernel as a peer)
+        doc = bench.run([s], kernels=[kernel], peers=[] if peer == bench.F32_REFERENCE else [peer],
+                        rounds=5, min_time=0.02, roofline=False)
+        r = doc["results"][0]["ratio"][peer]
         best = max(best, r)
         if best >= want:
             break

@@ -55,6 +55,8 @@ typedef struct sdpa_args {
 } sdpa_args;
 
 int sdpa_forward(const sdpa_args *args);
+/* sdpa_forward as a pointer: the harness calls a user kernel's from its own module. */
+typedef int (*sdpa_probe_forward_fn)(const sdpa_args *args);
 
 /* ---- the shared argument check -------------------------------------- */
 

@@ -77,7 +77,6 @@ void sdpa_probe_decode_state_free(sdpa_probe_decode_state *s);
  * instead of the registered kernel; NULL goes back to kernel_index. A state
  * made with kernel_index -1 steps only once a forward is set. SDPA_INVALID
  * for a decomposed state. The caller keeps fn's library loaded. */
-typedef int (*sdpa_probe_forward_fn)(const sdpa_args *args);
 int sdpa_probe_decode_set_forward(sdpa_probe_decode_state *s, sdpa_probe_forward_fn fn);
 
 /* The ops of one step, in execution order: name, kind and layer (-1: outside

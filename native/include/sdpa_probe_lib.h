@@ -86,6 +86,9 @@ int sdpa_probe_alloc_guard_test(int64_t bytes, int64_t write_from, int64_t write
  * be NULL). Returns the first status other than SDPA_OK, or SDPA_OK. */
 int sdpa_probe_bench_loop(int64_t kernel_index, const sdpa_args *args, int64_t n_args,
                           int64_t iters, double *seconds_out);
+/* The same loop over any sdpa_forward (a user kernel's, from its own module). */
+int sdpa_probe_bench_loop_fn(sdpa_probe_forward_fn fn, const sdpa_args *args, int64_t n_args,
+                             int64_t iters, double *seconds_out);
 
 /* Internal (not for Python): counted allocation and the thread pool. */
 void *sdpa_probe_malloc(int64_t bytes);

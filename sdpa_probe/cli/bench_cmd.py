@@ -62,10 +62,13 @@ def _table(doc: dict) -> Table:
 def bench_command(
     kernel: str = typer.Option(
         None, "--kernel", "-k",
-        help="Native kernels to time, comma-separated (default: flash for float shapes, "
-             "quant_int8 for int8 shapes)."),
+        help="Kernels to time, comma-separated: registered names (probe kernels) or .c / .so "
+             "files implementing sdpa_forward (default: flash for float shapes, quant_int8 "
+             "for int8 shapes)."),
     vs: str = typer.Option("torch", "--vs",
-                           help="Peers measured in the same run: torch, executorch."),
+                           help="Peers measured in the same run: torch, executorch, registered "
+                                "kernels or .c / .so kernel files (e.g. flash; old.c for an "
+                                "A/B of two versions)."),
     shape: str = typer.Option(
         "all", "--shape", "-s",
         help="Comma-separated presets, groups (all, decode, prefill, targets, quick) or "
@@ -83,7 +86,8 @@ def bench_command(
                                   help="Write the results as JSON to PATH ('-': stdout)."),
     list_presets: bool = typer.Option(False, "--list", help="List the preset shapes and exit."),
 ) -> None:
-    """Time native kernels against torch / ExecuTorch SDPA, side by side in one run.
+    """Time native kernels (ours or yours) against torch / ExecuTorch SDPA and each
+    other, side by side in one run.
 
     Warm caches by default (the report says which); --cold rotates through inputs
     larger than the last-level cache.
