@@ -273,7 +273,9 @@ class NativeParty(Party):
         self.name = kernel.name
         self.kernel = kernel
         self.shape = shape
-        ffi, lib, _ = native.native_lib()  # (a user kernel's module has no loop of its own)
+        # a registered kernel runs in its own library's loop; a user kernel's module has
+        # none, so it runs in ours
+        ffi, lib = (native.native_lib()[:2] if kernel.user else (kernel.ffi, kernel.lib))
         if not hasattr(lib, "sdpa_probe_bench_loop_fn"):
             raise ProbeError("the native library lacks sdpa_probe_bench_loop_fn (stale build?)")
         self._lib, self._ffi = lib, ffi
