@@ -44,6 +44,7 @@
 
 #define PAD16(n) (((n) + 15) & ~(int64_t)15)
 #define FC_TILE 4 /* rows per register tile */
+#define FC_TILE_MAX 8 /* rows per tile on the AVX-512 panel (flash_x512_panel.c) */
 /* A task takes every kv head when a head has at most this many rows (G x q block). */
 #define FLASH_HEADS_TOGETHER_ROWS 16
 
@@ -58,6 +59,7 @@ typedef struct {
   int iqk;                /* fast path, int8 Q and K: integer Q.K^T */
   int panel;              /* fast path, many rows per head (prefill): K block transposed
                              (and V converted) once per block, GEMM-style score tiles */
+  int panel16;            /* panel, AVX-512: the tile's products 16 lanes wide (flash_x512_panel.c) */
   int x512;               /* decode tasks on the AVX-512 block path (flash_x512_block.h): every kv
                              head of a key block at once, in memory order */
   char *scratch;
@@ -92,7 +94,7 @@ static int64_t per_thread_floats(const flash_ctx *c) {
     return n;
   }
   if (c->fast) {
-    n += FC_TILE * kvp; /* scores of one tile */
+    n += FC_TILE_MAX * kvp; /* scores of one tile */
     if (c->a->kv_len > 0 && (c->a->k.dtype == SDPA_I8 || c->a->v.dtype == SDPA_I8))
       n += 4 * kvp;     /* per-key scales and zero points of a block */
     if (c->iqk) n += 2 * PAD16(RH); /* per row: scale * q_scale, and sum(q - zq) */
@@ -158,6 +160,7 @@ static void setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
             (a->kv_len == 0 || (a->k.stride[3] == 1 && a->v.stride[3] == 1 &&
                                 fast_dtype(a->k.dtype) && fast_dtype(a->v.dtype)));
   c->panel = c->fast && a->kv_len > 0 && c->hc == 1 && !c->x512;
+  c->panel16 = c->panel && flash_x512_panel_available() && c->D % 16 == 0;
 #ifdef FC_X86
   c->iqk = c->fast && !c->panel && a->kv_len > 0 && a->q.dtype == SDPA_I8 &&
            a->k.dtype == SDPA_I8 && c->D % 16 == 0 && c->D <= 256;
@@ -939,8 +942,8 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
   }
   for (int64_t t0 = 0, nr; t0 < R; t0 += nr) {
     const int64_t left = R - t0;
-    nr = left >= 4 ? 4 : left >= 2 ? 2 : 1;
-    int64_t lim[FC_TILE], n = 0;
+    nr = c->panel16 && left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    int64_t lim[FC_TILE_MAX], n = 0;
     for (int r = 0; r < nr; r++) {
       lim[r] = fc_visible_keys(a, q0 + (t0 + r) % qbr, j0, nk);
       if (lim[r] > n) n = lim[r];
@@ -948,7 +951,9 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
     if (n > 0) {
       float *S = tb->S;
       /* the first tile's pass also prefetches (its key loop is as long as any) */
-      if (c->panel)
+      if (c->panel16)
+        flash_x512_scores_panel(nr, tb->Q + t0 * D, D, tb->KT, kvp, n, S, kvp);
+      else if (c->panel)
         k_scores_panel[nr](tb->Q + t0 * D, D, tb->KT, kvp, n, S, kvp);
 #ifdef FC_X86
       else if (c->iqk)
@@ -957,18 +962,19 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
 #endif
       else
         k_scores[kdt][nr](tb->Q + t0 * D, D, K, ks, tb->kz, n, S, kvp, t0 == 0 ? tb->pf : NULL);
-      const int64_t n8 = (n + 7) & ~(int64_t)7;
+      /* keys padded to the vector width: -inf past a row's keys, then the softmax */
+      const int64_t npad = c->panel16 ? (n + 15) & ~(int64_t)15 : (n + 7) & ~(int64_t)7;
       for (int r = 0; r < nr; r++) {
         float *s = S + r * kvp;
         const int64_t row = t0 + r, i = q0 + row % qbr;
         if (c->iqk) {
           const v8f qf = v8f_set1(tb->qf[row]), qs = v8f_set1(tb->qs[row]);
-          for (int64_t j = 0; j < n8; j += 8) {
+          for (int64_t j = 0; j < npad; j += 8) {
             const v8f zk = __builtin_convertvector((v8i)v8f_load((const float *)(tb->kz + j)), v8f);
             v8f_store(s + j, (v8f_load(s + j) - zk * qs) * v8f_load(tb->ksc + j) * qf);
           }
         } else if (kdt == SDPA_I8 && !c->panel) { /* (the panel has the scales folded in) */
-          for (int64_t j = 0; j < n8; j += 8) v8f_store(s + j, v8f_load(s + j) * v8f_load(tb->ksc + j));
+          for (int64_t j = 0; j < npad; j += 8) v8f_store(s + j, v8f_load(s + j) * v8f_load(tb->ksc + j));
         }
         if (use_mask) {
           const float *mrow = a->mask + i * a->mask_row_stride + j0;
@@ -976,23 +982,27 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
           for (; j + 8 <= lim[r]; j += 8) v8f_store(s + j, v8f_load(s + j) + v8f_load(mrow + j));
           for (; j < lim[r]; j++) s[j] += mrow[j];
         }
-        for (int64_t j = lim[r]; j < n8; j++) s[j] = neg_inf;
+        for (int64_t j = lim[r]; j < npad; j++) s[j] = neg_inf;
       }
-      float alpha[FC_TILE];
-      if (nr == 4) fc_softmax_tile(4, S, kvp, n8, tb->m + t0, tb->l + t0, alpha);
-      else if (nr == 2) fc_softmax_tile(2, S, kvp, n8, tb->m + t0, tb->l + t0, alpha);
-      else fc_softmax_tile(1, S, kvp, n8, tb->m + t0, tb->l + t0, alpha);
+      float alpha[FC_TILE_MAX];
+      if (c->panel16) flash_x512_softmax_tile(nr, S, kvp, npad, tb->m + t0, tb->l + t0, alpha);
+      else if (nr == 4) fc_softmax_tile(4, S, kvp, npad, tb->m + t0, tb->l + t0, alpha);
+      else if (nr == 2) fc_softmax_tile(2, S, kvp, npad, tb->m + t0, tb->l + t0, alpha);
+      else fc_softmax_tile(1, S, kvp, npad, tb->m + t0, tb->l + t0, alpha);
       for (int r = 0; r < nr; r++) {
         float *s = S + r * kvp;
         if (pvdt == SDPA_I8)
-          for (int64_t j = 0; j < n8; j += 8) v8f_store(s + j, v8f_load(s + j) * v8f_load(tb->vsc + j));
+          for (int64_t j = 0; j < npad; j += 8) v8f_store(s + j, v8f_load(s + j) * v8f_load(tb->vsc + j));
         if (alpha[r] != 1.0f) {
           float *acc = tb->acc + (t0 + r) * D;
           v8f va = v8f_set1(alpha[r]);
           for (int64_t d = 0; d < D; d += 8) v8f_store(acc + d, v8f_load(acc + d) * va);
         }
       }
-      k_pv[pvdt][nr](tb->acc + t0 * D, D, Vp, vps, tb->vz, n, S, kvp);
+      if (c->panel16 && pvdt == SDPA_F32)
+        flash_x512_pv_f32(nr, tb->acc + t0 * D, D, Vp, vps, n, S, kvp);
+      else
+        k_pv[pvdt][nr](tb->acc + t0 * D, D, Vp, vps, tb->vz, n, S, kvp);
     }
   }
 }
@@ -1280,7 +1290,7 @@ static void flash_task(void *vctx, int64_t t, int thread) {
       tb.qz = next + 2 * PAD16(c->hc * c->R_max);
     }
   } else if (c->fast) {
-    float *next = tb.S + FC_TILE * kvp;
+    float *next = tb.S + FC_TILE_MAX * kvp;
     if (a->kv_len > 0 && (a->k.dtype == SDPA_I8 || a->v.dtype == SDPA_I8)) {
       tb.ksc = next;
       tb.vsc = next + kvp;

@@ -63,4 +63,18 @@ void flash_x512_pack_q(const void *Q, int64_t nh, int64_t R, int64_t D, int64_t 
 /* Runs the block (a no-op in a build without AVX-512). */
 void flash_x512_run(const flash_x512_block *b);
 
+/* The prefill tile's products, 16 lanes (flash_x512_panel.c; no-ops without
+ * AVX-512): flash_core's panel scores of nr (1, 2 or 4) rows against a
+ * transposed K block (keys [0, n) rounded up to 16 written), and its P.V into
+ * the rows' accumulators from F32 V rows vs bytes apart; head_dim a multiple of 16. */
+int flash_x512_panel_available(void);
+void flash_x512_scores_panel(int64_t nr, const float *Q, int64_t D, const float *KT, int64_t kts,
+                             int64_t n, float *S, int64_t sst);
+void flash_x512_pv_f32(int64_t nr, float *acc, int64_t D, const char *V, int64_t vs, int64_t n,
+                       const float *P, int64_t pst);
+/* ... and its online-softmax update of the tile's rows (flash_core's fc_softmax_tile)
+ * over keys [0, n16), n16 a multiple of 16, scores past a row's keys -inf. */
+void flash_x512_softmax_tile(int64_t nr, float *S, int64_t sst, int64_t n16, float *m, float *l,
+                             float *alpha);
+
 #endif

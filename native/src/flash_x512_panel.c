@@ -1,0 +1,201 @@
+/* flash_core's prefill tile (the panel path: a K block transposed once, tiles of
+ * up to 4 query rows) with 16-lane products on AVX-512, where flash_core's own
+ * code is 8 lanes wide:
+ *
+ * - Scores: outer products against the transposed block, 32 keys a step for a
+ *   tile of 8 rows (16 accumulators, each K vector loaded once for the tile's
+ *   rows, each q element a broadcast), then 16 keys a step for the rest.
+ * - P.V: 8 rows x 2 vectors of the accumulator (32 dims) in registers while the
+ *   keys' V rows stream through, each P element a broadcast.
+ * Tiles of 8 rows, not 4: a pass over the block's K^T or V then feeds twice the
+ * FMAs (the block, 32 KiB of each at head_dim 64, does not stay in a 48 KiB L1).
+ *
+ * The sums run in the same order as flash_core's (over d for a score, over keys
+ * for P.V, one FMA each), so the results are those of its 8-lane code. */
+#include "flash_x512_block.h" /* (fx_exp) */
+
+#ifndef SDPA_HAVE_AVX512
+
+int flash_x512_panel_available(void) { return 0; }
+void flash_x512_scores_panel(int64_t nr, const float *Q, int64_t D, const float *KT, int64_t kts,
+                             int64_t n, float *S, int64_t sst) {
+  (void)nr, (void)Q, (void)D, (void)KT, (void)kts, (void)n, (void)S, (void)sst;
+}
+void flash_x512_pv_f32(int64_t nr, float *acc, int64_t D, const char *V, int64_t vs, int64_t n,
+                       const float *P, int64_t pst) {
+  (void)nr, (void)acc, (void)D, (void)V, (void)vs, (void)n, (void)P, (void)pst;
+}
+void flash_x512_softmax_tile(int64_t nr, float *S, int64_t sst, int64_t n16, float *m, float *l,
+                             float *alpha) {
+  (void)nr, (void)S, (void)sst, (void)n16, (void)m, (void)l, (void)alpha;
+}
+
+#else
+
+int flash_x512_panel_available(void) { return 1; }
+
+/* S[r][j0 .. j0 + 16 KW) for the NR rows */
+SDPA_INLINE void fxp_scores_step(const int NR, const int KW, const float *SDPA_RESTRICT Q,
+                                 int64_t D, const float *SDPA_RESTRICT KT, int64_t kts, int64_t j0,
+                                 float *SDPA_RESTRICT S, int64_t sst) {
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < NR * KW; i++) acc[i] = _mm512_setzero_ps();
+  const float *kt = KT + j0;
+  for (int64_t d = 0; d < D; d++, kt += kts) {
+    __m512 k[4];
+#pragma GCC unroll 8
+    for (int w = 0; w < KW; w++) k[w] = _mm512_loadu_ps(kt + 16 * w);
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+      const __m512 q = _mm512_set1_ps(Q[r * D + d]);
+#pragma GCC unroll 8
+      for (int w = 0; w < KW; w++) acc[r * KW + w] = _mm512_fmadd_ps(q, k[w], acc[r * KW + w]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+    for (int w = 0; w < KW; w++) _mm512_storeu_ps(S + r * sst + j0 + 16 * w, acc[r * KW + w]);
+}
+
+/* Keys [0, n) rounded up to 16 (KT is zero past the block's keys, S has room):
+ * 16 accumulators a step, 64 keys for up to 4 rows, 32 for 8. */
+SDPA_INLINE void fxp_scores(const int NR, const float *Q, int64_t D, const float *KT, int64_t kts,
+                            int64_t n, float *S, int64_t sst) {
+  const int KW = NR == 8 ? 2 : 4;
+  const int64_t n16 = (n + 15) & ~(int64_t)15;
+  int64_t j = 0;
+  for (; j + 16 * KW <= n16; j += 16 * KW) fxp_scores_step(NR, KW, Q, D, KT, kts, j, S, sst);
+  for (; j < n16; j += 16) fxp_scores_step(NR, 1, Q, D, KT, kts, j, S, sst);
+}
+
+void flash_x512_scores_panel(int64_t nr, const float *Q, int64_t D, const float *KT, int64_t kts,
+                             int64_t n, float *S, int64_t sst) {
+  if (nr == 8) fxp_scores(8, Q, D, KT, kts, n, S, sst);
+  else if (nr == 4) fxp_scores(4, Q, D, KT, kts, n, S, sst);
+  else if (nr == 2) fxp_scores(2, Q, D, KT, kts, n, S, sst);
+  else fxp_scores(1, Q, D, KT, kts, n, S, sst);
+}
+
+/* acc[r][d0 .. d0 + 16 VC) += sum_j P[r][j] V[j][d0 ..] for the NR rows */
+SDPA_INLINE void fxp_pv_chunk(const int NR, const int VC, float *SDPA_RESTRICT acc, int64_t D,
+                              int64_t d0, const char *V, int64_t vs, int64_t n,
+                              const float *SDPA_RESTRICT P, int64_t pst) {
+  __m512 a[16];
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+    for (int c = 0; c < VC; c++) a[r * VC + c] = _mm512_loadu_ps(acc + r * D + d0 + 16 * c);
+  const char *vr = V + d0 * (int64_t)sizeof(float);
+  for (int64_t j = 0; j < n; j++, vr += vs) {
+    __m512 v[4];
+#pragma GCC unroll 8
+    for (int c = 0; c < VC; c++) v[c] = _mm512_loadu_ps((const float *)vr + 16 * c);
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+      const __m512 p = _mm512_set1_ps(P[r * pst + j]);
+#pragma GCC unroll 8
+      for (int c = 0; c < VC; c++) a[r * VC + c] = _mm512_fmadd_ps(p, v[c], a[r * VC + c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+    for (int c = 0; c < VC; c++) _mm512_storeu_ps(acc + r * D + d0 + 16 * c, a[r * VC + c]);
+}
+
+/* 16 accumulators a pass: 64 dims for up to 4 rows, 32 for 8 */
+SDPA_INLINE void fxp_pv(const int NR, float *acc, int64_t D, const char *V, int64_t vs, int64_t n,
+                        const float *P, int64_t pst) {
+  const int VC = NR == 8 ? 2 : 4;
+  int64_t d = 0;
+  for (; d + 16 * VC <= D; d += 16 * VC) fxp_pv_chunk(NR, VC, acc, D, d, V, vs, n, P, pst);
+  switch ((D - d) / 16) { /* (8 rows: at most 1) */
+    case 3: fxp_pv_chunk(NR, NR == 8 ? 1 : 3, acc, D, d, V, vs, n, P, pst); break;
+    case 2: fxp_pv_chunk(NR, NR == 8 ? 1 : 2, acc, D, d, V, vs, n, P, pst); break;
+    case 1: fxp_pv_chunk(NR, 1, acc, D, d, V, vs, n, P, pst); break;
+    default: break;
+  }
+}
+
+void flash_x512_pv_f32(int64_t nr, float *acc, int64_t D, const char *V, int64_t vs, int64_t n,
+                       const float *P, int64_t pst) {
+  if (nr == 8) fxp_pv(8, acc, D, V, vs, n, P, pst);
+  else if (nr == 4) fxp_pv(4, acc, D, V, vs, n, P, pst);
+  else if (nr == 2) fxp_pv(2, acc, D, V, vs, n, P, pst);
+  else fxp_pv(1, acc, D, V, vs, n, P, pst);
+}
+
+/* flash_core's fc_softmax_tile, 16 lanes: the rows' block max (a NaN poisons the
+ * row; a row that sees nothing keeps its state and gets P = 0), P = exp(s - max)
+ * in place, alpha = exp(m_old - m_new) from one vector exp, m and l updated. */
+SDPA_INLINE void fxp_softmax(const int NR, float *SDPA_RESTRICT S, int64_t sst, int64_t n16,
+                             float *m, float *l, float *alpha) {
+  const float neg_inf = -INFINITY;
+  __m512 mx[8], vs[8], vm[8];
+  __mmask16 nan[8];
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; r++) {
+    mx[r] = _mm512_set1_ps(neg_inf);
+    vs[r] = _mm512_setzero_ps();
+    nan[r] = 0;
+  }
+  for (int64_t j = 0; j < n16; j += 16)
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+      const __m512 x = _mm512_loadu_ps(S + r * sst + j);
+      mx[r] = _mm512_max_ps(mx[r], x);
+      nan[r] |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    }
+  float m_new[8], dv[16] = {0};
+  int need_exp = 0;
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; r++) {
+    const float bm = _mm512_reduce_max_ps(mx[r]); /* (meaningless with NaN about) */
+    const float m_old = m[r];
+    alpha[r] = 1.0f;
+    if (bm == neg_inf && !nan[r]) { /* nothing visible in this block: P = 0 */
+      m_new[r] = m_old;
+      vm[r] = _mm512_set1_ps(INFINITY);
+      continue;
+    }
+    const float mn = nan[r] ? NAN : bm > m_old ? bm : m_old; /* NaN: poison the row */
+    m_new[r] = mn;
+    vm[r] = _mm512_set1_ps(mn);
+    if (m_old == neg_inf) {
+      alpha[r] = 0.0f;
+    } else if (m_old != mn) {
+      dv[r] = m_old - mn;
+      need_exp = 1;
+    }
+  }
+  for (int64_t j = 0; j < n16; j += 16)
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+      const __m512 e = fx_exp(_mm512_sub_ps(_mm512_loadu_ps(S + r * sst + j), vm[r]));
+      _mm512_storeu_ps(S + r * sst + j, e);
+      vs[r] = _mm512_add_ps(vs[r], e);
+    }
+  if (need_exp) { /* one vector exp for every row whose max moved */
+    float ev[16];
+    _mm512_storeu_ps(ev, fx_exp(_mm512_loadu_ps(dv)));
+    for (int r = 0; r < NR; r++)
+      if (m[r] != neg_inf && m[r] != m_new[r]) alpha[r] = ev[r];
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; r++) {
+    l[r] = l[r] * alpha[r] + _mm512_reduce_add_ps(vs[r]);
+    m[r] = m_new[r];
+  }
+}
+
+void flash_x512_softmax_tile(int64_t nr, float *S, int64_t sst, int64_t n16, float *m, float *l,
+                             float *alpha) {
+  if (nr == 8) fxp_softmax(8, S, sst, n16, m, l, alpha);
+  else if (nr == 4) fxp_softmax(4, S, sst, n16, m, l, alpha);
+  else if (nr == 2) fxp_softmax(2, S, sst, n16, m, l, alpha);
+  else fxp_softmax(1, S, sst, n16, m, l, alpha);
+}
+
+#endif
