@@ -70,12 +70,13 @@ typedef struct {
 
 void flash_cfg_defaults(flash_cfg *cfg, const sdpa_probe_flash_opts *opts) {
   cfg->q_block = FLASH_DEFAULT_Q_BLOCK;
+  cfg->q_block_auto = 1;
   cfg->kv_block = 0; /* chosen from the shape */
   cfg->n_splits = 0;
   cfg->alloc_per_block = 0;
   cfg->plan = NULL;
   if (opts) {
-    if (opts->q_block > 0) cfg->q_block = opts->q_block;
+    if (opts->q_block > 0) cfg->q_block = opts->q_block, cfg->q_block_auto = 0;
     if (opts->kv_block > 0) cfg->kv_block = opts->kv_block;
     if (opts->n_splits > 0) cfg->n_splits = opts->n_splits;
   }
@@ -121,7 +122,12 @@ static void setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
   c->cfg = cfg;
   c->D = a->head_dim;
   c->G = a->n_heads / a->n_kv_heads;
-  c->qb = cfg->q_block < a->q_len ? cfg->q_block : a->q_len;
+  /* (a mask plan is laid out over cfg's query blocks: keep them) */
+  const int64_t qblock = cfg->q_block_auto && !cfg->plan && flash_x512_panel_available() &&
+                                 a->head_dim % 16 == 0
+                             ? FLASH_PANEL16_Q_BLOCK
+                             : cfg->q_block;
+  c->qb = qblock < a->q_len ? qblock : a->q_len;
   if (c->qb < 1) c->qb = 1;
   c->n_qblocks = (a->q_len + c->qb - 1) / c->qb;
   c->R_max = c->G * c->qb;

@@ -91,3 +91,12 @@ int sdpa_probe_flash_maskskip_forward_ex(const sdpa_args *a, const sdpa_probe_fl
 int sdpa_probe_flash_maskskip_forward(const sdpa_args *a) {
   return sdpa_probe_flash_maskskip_forward_ex(a, NULL);
 }
+
+/* flash's scratch, with the query blocks a mask plan keeps (flash_core reads them
+ * from cfg when a plan is given) */
+int64_t sdpa_probe_flash_maskskip_scratch(const sdpa_args *a) {
+  flash_cfg cfg;
+  flash_cfg_defaults(&cfg, NULL);
+  if (a->mask != NULL && a->kv_len > 0 && a->batch > 0 && a->q_len > 0) cfg.q_block_auto = 0;
+  return flash_scratch_bytes(a, &cfg);
+}

@@ -4,6 +4,7 @@
 int sdpa_probe_decomposed_forward(const sdpa_args *a);
 int sdpa_probe_flash_forward(const sdpa_args *a);
 int sdpa_probe_flash_maskskip_forward(const sdpa_args *a);
+int64_t sdpa_probe_flash_maskskip_scratch(const sdpa_args *a);
 int sdpa_probe_quant_int8_forward(const sdpa_args *a);
 int sdpa_probe_quant_int8_alloc_forward(const sdpa_args *a);
 int64_t sdpa_probe_decomposed_scratch(const sdpa_args *a);
@@ -31,7 +32,7 @@ static const entry k_registry[] = {
      sdpa_probe_flash_forward, sdpa_probe_flash_scratch},
     {{"flash_maskskip", "flash + mask-range precompute: skips hidden key blocks and zero-mask adds",
       FLOATS, FLASHF | SDPA_FEAT_MASK_SKIP},
-     sdpa_probe_flash_maskskip_forward, sdpa_probe_flash_scratch},
+     sdpa_probe_flash_maskskip_forward, sdpa_probe_flash_maskskip_scratch},
     {{"quant_int8", "int8 per-token K/V dequantised in registers; exact integer Q.K^T for int8 Q",
       FLOATS | DT(SDPA_I8), FLASHF | SDPA_FEAT_PER_TOKEN_I8},
      sdpa_probe_quant_int8_forward, sdpa_probe_quant_int8_scratch},
