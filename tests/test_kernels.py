@@ -96,16 +96,17 @@ def test_flash_block_sizes_are_parameters():
             np.testing.assert_allclose(buf.values(), prep.ref, rtol=2e-5, atol=2e-5)
 
 
-def _assert_decode_matches_oracle(case: Case, runs) -> None:
+def _assert_matches_oracle(case: Case, runs) -> None:
     """Runs (threads, kv splits; 0: the kernel's choice) of `flash` (`quant_int8` for
-    int8, which takes no split count) on a decode case, each against the oracle."""
+    int8, which takes no split count) on a case, each against the oracle."""
     prep = prepare_case(case)
     ffi, lib, _ = native.native_lib()
     atol, rtol = tolerance(case)
     for threads, splits in runs:
         buf = out_buffer(case)
         call = native.prepare(ffi, prep.data.q_store, prep.data.k_store, prep.data.v_store,
-                              buf.view, start_pos=case.start_pos, n_threads=threads)
+                              buf.view, mask=prep.data.mask, is_causal=case.causal,
+                              start_pos=case.start_pos, n_threads=threads)
         if case.dtype == "i8":
             assert native.get_kernel("quant_int8").forward_args(call.args) == 0
         else:
@@ -126,7 +127,7 @@ def test_flash_decode_split_k_counts(dtype):
     # quant_int8 has no options entry point: its default split count, per thread count
     runs = ((1, 0), (2, 0), (3, 0)) if dtype == "i8" else (
         (1, 1), (1, 2), (2, 3), (1, 7), (2, 0), (1, 0))
-    _assert_decode_matches_oracle(case, runs)
+    _assert_matches_oracle(case, runs)
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "i8"])
@@ -136,7 +137,22 @@ def test_flash_decode_wide_positions_long_task(dtype):
     (FLASH_X512_PF_L2), a separate instantiation; it must match the oracle too."""
     case = Case("wide", q_len=1, kv_len=600, dtype=dtype, n_heads=16, n_kv_heads=16,
                 head_dim=128, start_pos=599)
-    _assert_decode_matches_oracle(case, ((1, 0), (2, 0)))
+    _assert_matches_oracle(case, ((1, 0), (2, 0)))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "i8"])
+@pytest.mark.parametrize("head_dim", [48, 80, 112])
+@pytest.mark.parametrize("mask", ["none", "random"])
+@pytest.mark.parametrize("group", [1, 2])
+def test_flash_prefill_tiles_match_the_oracle(dtype, head_dim, mask, group):
+    """Prefill over more query rows than a query block (128 on the AVX-512 panel, 32
+    elsewhere), a KV-cache offset: tiles of 8 rows and their tails (the last block's
+    21 rows: 8 + 8 + 4 + 1 with one query head a kv head, 5 x 8 + 2 with two), key
+    steps of 32 and 16, head_dims whose last slice is 16 wide, causal or under an
+    additive mask, on one and two threads."""
+    case = Case("prefill", q_len=149, kv_len=170, causal=mask == "none", start_pos=21,
+                mask=mask, head_dim=head_dim, dtype=dtype, n_heads=3 * group, n_kv_heads=3)
+    _assert_matches_oracle(case, ((1, 0), (2, 0)))
 
 
 def test_quant_alloc_counts_allocations_per_block():
