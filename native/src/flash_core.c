@@ -938,7 +938,16 @@ static void fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int
   int64_t vps = vs;
   int pvdt = vdt;
   if (c->panel) { /* dequantise K (transposed) and V once for every tile of the block */
-    k_pack_kt[kdt](K, ks, tb->kz, tb->ksc, nk, D, tb->KT, kvp, tb->pf);
+    if (c->panel16) {
+      for (int64_t j = 0; j < nk; j += 16) {
+        if (tb->pf != NULL) fc_prefetch_step(tb->pf, 16);
+        const int i8 = kdt == SDPA_I8;
+        flash_x512_pack_kt16(kdt, K + j * ks, ks, i8 ? tb->kz + j : NULL, i8 ? tb->ksc + j : NULL,
+                             nk - j < 16 ? nk - j : 16, D, tb->KT + j, kvp);
+      }
+    } else {
+      k_pack_kt[kdt](K, ks, tb->kz, tb->ksc, nk, D, tb->KT, kvp, tb->pf);
+    }
     if (vdt != SDPA_F32) {
       fc_convert_v(vdt, V, vs, tb->vz, tb->vsc, nk, D, tb->Vf);
       Vp = (const char *)tb->Vf;

@@ -76,5 +76,9 @@ void flash_x512_pv_f32(int64_t nr, float *acc, int64_t D, const char *V, int64_t
  * over keys [0, n16), n16 a multiple of 16, scores past a row's keys -inf. */
 void flash_x512_softmax_tile(int64_t nr, float *S, int64_t sst, int64_t n16, float *m, float *l,
                              float *alpha);
+/* ... and its K block transposed, 16 keys (m of them real, the rest zero) from K
+ * (ks bytes apart; int8: zero points kz, scales ksc) into KT[d][k] (kts floats a dim). */
+void flash_x512_pack_kt16(int dt, const char *K, int64_t ks, const int32_t *kz, const float *ksc,
+                          int64_t m, int64_t D, float *KT, int64_t kts);
 
 #endif

@@ -29,6 +29,10 @@ void flash_x512_softmax_tile(int64_t nr, float *S, int64_t sst, int64_t n16, flo
                              float *alpha) {
   (void)nr, (void)S, (void)sst, (void)n16, (void)m, (void)l, (void)alpha;
 }
+void flash_x512_pack_kt16(int dt, const char *K, int64_t ks, const int32_t *kz, const float *ksc,
+                          int64_t m, int64_t D, float *KT, int64_t kts) {
+  (void)dt, (void)K, (void)ks, (void)kz, (void)ksc, (void)m, (void)D, (void)KT, (void)kts;
+}
 
 #else
 
@@ -196,6 +200,40 @@ void flash_x512_softmax_tile(int64_t nr, float *S, int64_t sst, int64_t n16, flo
   else if (nr == 4) fxp_softmax(4, S, sst, n16, m, l, alpha);
   else if (nr == 2) fxp_softmax(2, S, sst, n16, m, l, alpha);
   else fxp_softmax(1, S, sst, n16, m, l, alpha);
+}
+
+/* KT[d][k] = key k's real value in dim d for 16 keys (m of them real, the rest 0):
+ * 16 x 16 tiles converted and transposed in registers (int8: (k - zk) k_scale). */
+SDPA_INLINE void fxp_pack_kt(const int DT, const char *K, int64_t ks, const int32_t *kz,
+                             const float *ksc, int64_t m, int64_t D, float *KT, int64_t kts) {
+  const int64_t isz = sdpa_isz(DT);
+  for (int64_t d = 0; d < D; d += 16) {
+    __m512i r[16];
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) {
+      if (k < m) {
+        const __m512i z = DT == SDPA_I8 ? _mm512_set1_epi32(kz[k]) : _mm512_setzero_si512();
+        __m512 x = sdpa_ld16(K + k * ks + d * isz, DT, z);
+        if (DT == SDPA_I8) x = _mm512_mul_ps(x, _mm512_set1_ps(ksc[k]));
+        r[k] = _mm512_castps_si512(x);
+      } else {
+        r[k] = _mm512_setzero_si512(); /* past the block */
+      }
+    }
+    fx_transpose16(r);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) _mm512_storeu_ps(KT + (d + i) * kts, _mm512_castsi512_ps(r[i]));
+  }
+}
+
+void flash_x512_pack_kt16(int dt, const char *K, int64_t ks, const int32_t *kz, const float *ksc,
+                          int64_t m, int64_t D, float *KT, int64_t kts) {
+  switch (dt) {
+    case SDPA_F32: fxp_pack_kt(SDPA_F32, K, ks, kz, ksc, m, D, KT, kts); break;
+    case SDPA_F16: fxp_pack_kt(SDPA_F16, K, ks, kz, ksc, m, D, KT, kts); break;
+    case SDPA_BF16: fxp_pack_kt(SDPA_BF16, K, ks, kz, ksc, m, D, KT, kts); break;
+    default: fxp_pack_kt(SDPA_I8, K, ks, kz, ksc, m, D, KT, kts); break;
+  }
 }
 
 #endif
