@@ -507,8 +507,10 @@ def core_lengths(shape: Shape, l2_bytes: int | None) -> tuple[int, int] | None:
         return None
     per_key = shape.kv_bytes / shape.kv_len
     kv2 = int(l2_bytes / 2 // per_key) // 64 * 64
-    kv1 = kv2 // 4 // 64 * 64
-    if kv1 < 64 or kv2 - kv1 < 128 or shape.kv_len <= kv2:
+    # a quarter of that, or 64 keys for wide positions (16 KiB a key at (16, 16, 128)
+    # F32: 64 and 128 keys), whose L2-resident lengths are short
+    kv1 = max(64, kv2 // 4 // 64 * 64)
+    if kv2 - kv1 < 64 or shape.kv_len <= kv2:
         return None
     return kv1, kv2
 

@@ -129,6 +129,9 @@ def test_core_limit_extrapolates_the_l2_resident_time():
     f32 = bench.parse_shape("decode-h8kv2d64-kv2048-f32")  # 1 KiB of K and V a key
     assert bench.core_lengths(f32, 512 << 10) == (64, 256)
     assert bench.core_lengths(f32, 64 << 20) is None       # the whole shape fits
+    wide = bench.parse_shape("decode-h16kv16d128-kv8192-f32")  # 16 KiB of K and V a key
+    assert bench.core_lengths(wide, 4 << 20) == (64, 128)
+    assert bench.core_lengths(wide, 2 << 20) is None        # one L2-resident length only
     assert bench.core_lengths(f32, None) is None
     assert bench.core_lengths(bench.parse_shape("prefill-h8kv2d64-q128-kv2048-causal-f32"),
                               512 << 10) is None
