@@ -123,10 +123,10 @@ static void setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
   c->D = a->head_dim;
   c->G = a->n_heads / a->n_kv_heads;
   /* (a mask plan is laid out over cfg's query blocks: keep them) */
-  const int64_t qblock = cfg->q_block_auto && !cfg->plan && flash_x512_panel_available() &&
-                                 a->head_dim % 16 == 0
-                             ? FLASH_PANEL16_Q_BLOCK
-                             : cfg->q_block;
+  int64_t qblock = cfg->q_block;
+  if (cfg->q_block_auto && !cfg->plan && !cfg->alloc_per_block && a->head_dim % 8 == 0 &&
+      FLASH_PANEL_ROWS / c->G > qblock)
+    qblock = FLASH_PANEL_ROWS / c->G;
   c->qb = qblock < a->q_len ? qblock : a->q_len;
   if (c->qb < 1) c->qb = 1;
   c->n_qblocks = (a->q_len + c->qb - 1) / c->qb;

@@ -16,7 +16,7 @@ typedef struct flash_mask_plan {
 
 typedef struct flash_cfg {
   int64_t q_block;
-  int32_t q_block_auto;    /* q_block not asked for: FLASH_PANEL16_Q_BLOCK where that applies */
+  int32_t q_block_auto;    /* q_block not asked for: FLASH_PANEL_ROWS where that applies */
   int64_t kv_block;        /* 0: chosen from the shape (see below) */
   int32_t n_splits;        /* <= 0: choose */
   int32_t alloc_per_block; /* dequant buffers malloc'd per key block (seed 000's pattern) */
@@ -24,11 +24,15 @@ typedef struct flash_cfg {
 } flash_cfg;
 
 #define FLASH_DEFAULT_Q_BLOCK 32
-/* Query rows of a prefill task on the AVX-512 panel (flash_x512_panel.c), without a
- * mask plan: one K block's transpose then serves 128 rows a kv head. With one query
- * head per kv head (16, 16, 128), causal prefill 512 ran 1.28-1.30x faster than
- * with 32 (F32, int8), (32, 8, 64) within 1 %; 64 sat between. */
-#define FLASH_PANEL16_Q_BLOCK 128
+/* Rows (query heads of a kv head's group x query rows) a prefill task aims at when no
+ * query block is asked for and no mask plan fixes them: one K block's transpose then
+ * serves this many rows, so the query block is FLASH_PANEL_ROWS / group size, at least
+ * FLASH_DEFAULT_Q_BLOCK. With one query head per kv head (16, 16, 128), causal prefill
+ * 512 ran 1.28-1.30x faster with 128-row blocks than with 32 on the AVX-512 panel
+ * (F32, int8) and 1.11-1.16x on the AVX2 one (the Xeon, -march=haswell); at
+ * (32, 8, 64), 4 x 32 rows already, 128-row blocks were 1.03x (AVX-512) and
+ * 0.97-0.99x (AVX2). */
+#define FLASH_PANEL_ROWS 128
 #define FLASH_DEFAULT_KV_BLOCK 128 /* tasks of one kv head (prefill) */
 #define FLASH_DECODE_KV_BLOCK 16   /* tasks spanning every kv head (decode), 4-byte K/V;
                                       2-byte: 32 keys, int8: 64 (the same bytes) at most */
