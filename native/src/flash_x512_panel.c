@@ -1,17 +1,20 @@
-/* flash_core's prefill tile (the panel path: a K block transposed once, tiles of
- * up to 4 query rows) with 16-lane products on AVX-512, where flash_core's own
- * code is 8 lanes wide:
+/* flash_core's prefill tile (the panel path: a K block transposed once, score and
+ * P.V products over a tile of query rows) on AVX-512, 16 lanes where flash_core's
+ * own code is 8 wide, and over tiles of 8 rows where it takes 4:
  *
+ * - K^T: 16 x 16 tiles of the block converted (int8: dequantised) and transposed
+ *   in registers.
  * - Scores: outer products against the transposed block, 32 keys a step for a
  *   tile of 8 rows (16 accumulators, each K vector loaded once for the tile's
  *   rows, each q element a broadcast), then 16 keys a step for the rest.
+ * - The online softmax of the tile's rows, 16 lanes (fc_softmax_tile's rules).
  * - P.V: 8 rows x 2 vectors of the accumulator (32 dims) in registers while the
  *   keys' V rows stream through, each P element a broadcast.
  * Tiles of 8 rows, not 4: a pass over the block's K^T or V then feeds twice the
  * FMAs (the block, 32 KiB of each at head_dim 64, does not stay in a 48 KiB L1).
  *
- * The sums run in the same order as flash_core's (over d for a score, over keys
- * for P.V, one FMA each), so the results are those of its 8-lane code. */
+ * The products' sums run in the same order as flash_core's (over d for a score,
+ * over keys for P.V, one FMA each); a row's softmax sum adds 16 lanes, not 8. */
 #include "flash_x512_block.h" /* (fx_exp) */
 
 #ifndef SDPA_HAVE_AVX512
