@@ -41,29 +41,41 @@ void flash_x512_pack_kt16(int dt, const char *K, int64_t ks, const int32_t *kz, 
 
 int flash_x512_panel_available(void) { return 1; }
 
-/* S[r][j0 .. j0 + 16 KW) for the NR rows */
-SDPA_INLINE void fxp_scores_step(const int NR, const int KW, const float *SDPA_RESTRICT Q,
-                                 int64_t D, const float *SDPA_RESTRICT KT, int64_t kts, int64_t j0,
-                                 float *SDPA_RESTRICT S, int64_t sst) {
+/* The register tile both products are: C[r][0 .. 16 W) (+)= sum_i x[r xs + i] y_i
+ * for the NR rows, i < n, y_i the 16 W floats at y + i ys bytes; C starts from
+ * itself when ACC, else from zero. Scores: x = q over dims, y = K^T rows; P.V:
+ * x = P over keys, y = V rows. */
+SDPA_INLINE void fxp_tile(const int NR, const int W, const int ACC, const float *SDPA_RESTRICT x,
+                          int64_t xs, const char *y, int64_t ys, int64_t n,
+                          float *SDPA_RESTRICT C, int64_t cs) {
   __m512 acc[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < NR * KW; i++) acc[i] = _mm512_setzero_ps();
-  const float *kt = KT + j0;
-  for (int64_t d = 0; d < D; d++, kt += kts) {
-    __m512 k[4];
 #pragma GCC unroll 8
-    for (int w = 0; w < KW; w++) k[w] = _mm512_loadu_ps(kt + 16 * w);
+  for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+    for (int w = 0; w < W; w++)
+      acc[r * W + w] = ACC ? _mm512_loadu_ps(C + r * cs + 16 * w) : _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i++, y += ys) {
+    __m512 v[4];
+#pragma GCC unroll 8
+    for (int w = 0; w < W; w++) v[w] = _mm512_loadu_ps((const float *)y + 16 * w);
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++) {
-      const __m512 q = _mm512_set1_ps(Q[r * D + d]);
+      const __m512 xb = _mm512_set1_ps(x[r * xs + i]);
 #pragma GCC unroll 8
-      for (int w = 0; w < KW; w++) acc[r * KW + w] = _mm512_fmadd_ps(q, k[w], acc[r * KW + w]);
+      for (int w = 0; w < W; w++) acc[r * W + w] = _mm512_fmadd_ps(xb, v[w], acc[r * W + w]);
     }
   }
 #pragma GCC unroll 8
   for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
-    for (int w = 0; w < KW; w++) _mm512_storeu_ps(S + r * sst + j0 + 16 * w, acc[r * KW + w]);
+    for (int w = 0; w < W; w++) _mm512_storeu_ps(C + r * cs + 16 * w, acc[r * W + w]);
+}
+
+/* S[r][j0 .. j0 + 16 KW) for the NR rows */
+SDPA_INLINE void fxp_scores_step(const int NR, const int KW, const float *SDPA_RESTRICT Q,
+                                 int64_t D, const float *SDPA_RESTRICT KT, int64_t kts, int64_t j0,
+                                 float *SDPA_RESTRICT S, int64_t sst) {
+  fxp_tile(NR, KW, 0, Q, D, (const char *)(KT + j0), kts * (int64_t)sizeof(float), D, S + j0, sst);
 }
 
 /* Keys [0, n) rounded up to 16 (KT is zero past the block's keys, S has room):
@@ -89,27 +101,7 @@ void flash_x512_scores_panel(int64_t nr, const float *Q, int64_t D, const float 
 SDPA_INLINE void fxp_pv_chunk(const int NR, const int VC, float *SDPA_RESTRICT acc, int64_t D,
                               int64_t d0, const char *V, int64_t vs, int64_t n,
                               const float *SDPA_RESTRICT P, int64_t pst) {
-  __m512 a[16];
-#pragma GCC unroll 8
-  for (int r = 0; r < NR; r++)
-#pragma GCC unroll 8
-    for (int c = 0; c < VC; c++) a[r * VC + c] = _mm512_loadu_ps(acc + r * D + d0 + 16 * c);
-  const char *vr = V + d0 * (int64_t)sizeof(float);
-  for (int64_t j = 0; j < n; j++, vr += vs) {
-    __m512 v[4];
-#pragma GCC unroll 8
-    for (int c = 0; c < VC; c++) v[c] = _mm512_loadu_ps((const float *)vr + 16 * c);
-#pragma GCC unroll 8
-    for (int r = 0; r < NR; r++) {
-      const __m512 p = _mm512_set1_ps(P[r * pst + j]);
-#pragma GCC unroll 8
-      for (int c = 0; c < VC; c++) a[r * VC + c] = _mm512_fmadd_ps(p, v[c], a[r * VC + c]);
-    }
-  }
-#pragma GCC unroll 8
-  for (int r = 0; r < NR; r++)
-#pragma GCC unroll 8
-    for (int c = 0; c < VC; c++) _mm512_storeu_ps(acc + r * D + d0 + 16 * c, a[r * VC + c]);
+  fxp_tile(NR, VC, 1, P, pst, V + d0 * (int64_t)sizeof(float), vs, n, acc + d0, D);
 }
 
 /* 16 accumulators a pass: 64 dims for up to 4 rows, 32 for 8 */
