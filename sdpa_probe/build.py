@@ -165,8 +165,7 @@ def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str],
                 built = ffi.compile(tmpdir=tmp, verbose=False)
         except Exception as exc:  # cffi raises VerificationError / CompileError / LinkError
             text = log_path.read_text(errors="replace") if log_path.exists() else ""
-            errors = [ln for ln in text.splitlines() if "error" in ln.lower()]
-            detail = errors[0].strip() if errors else str(exc).splitlines()[0]
+            detail = _first_error(text, str(exc).splitlines()[0])
             raise BuildError(f"compiling {module_name} failed: {detail}") from None
         finally:
             for k, v in saved.items():
@@ -175,6 +174,12 @@ def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str],
                 else:
                     os.environ[k] = v
         os.replace(built, dest)
+
+
+def _first_error(compiler_output: str, otherwise: str) -> str:
+    """The compiler's first line that mentions an error: a one-line message."""
+    errors = [ln for ln in compiler_output.splitlines() if "error" in ln.lower()]
+    return errors[0].strip() if errors else otherwise
 
 
 # What distutils would add for an extension's sources, less -g: debug information
@@ -209,8 +214,7 @@ def _compile_objects(spec: BuildSpec, module_name: str, cc: list[str], flags: li
         raise BuildError(f"compiling {module_name} failed: {exc}") from None
     for (src, _), out in zip(order, done, strict=True):
         if out.returncode != 0:
-            errors = [ln for ln in out.stderr.splitlines() if "error" in ln.lower()]
-            detail = errors[0].strip() if errors else f"{src.name}: exit {out.returncode}"
+            detail = _first_error(out.stderr, f"{src.name}: exit {out.returncode}")
             raise BuildError(f"compiling {module_name} failed: {detail}")
     return [obj for _, obj in jobs]
 

@@ -69,6 +69,11 @@ static int plan_build(const sdpa_args *a, int64_t qb, owned_plan *p) {
   return SDPA_OK;
 }
 
+/* Whether the call builds a mask plan (a mask, and something to run it on). */
+static int uses_plan(const sdpa_args *a) {
+  return a->mask != NULL && a->kv_len > 0 && a->batch > 0 && a->q_len > 0;
+}
+
 int sdpa_probe_flash_maskskip_forward_ex(const sdpa_args *a, const sdpa_probe_flash_opts *opts) {
   int st = sdpa_validate_args(a);
   if (st != SDPA_OK) return st;
@@ -76,8 +81,7 @@ int sdpa_probe_flash_maskskip_forward_ex(const sdpa_args *a, const sdpa_probe_fl
     return SDPA_UNSUPPORTED;
   flash_cfg cfg;
   flash_cfg_defaults(&cfg, opts);
-  if (a->mask == NULL || a->kv_len == 0 || a->batch == 0 || a->q_len == 0)
-    return flash_core(a, &cfg);
+  if (!uses_plan(a)) return flash_core(a, &cfg);
   int64_t qb = cfg.q_block < a->q_len ? cfg.q_block : a->q_len;
   owned_plan p = {0};
   st = plan_build(a, qb, &p);
@@ -97,6 +101,6 @@ int sdpa_probe_flash_maskskip_forward(const sdpa_args *a) {
 int64_t sdpa_probe_flash_maskskip_scratch(const sdpa_args *a) {
   flash_cfg cfg;
   flash_cfg_defaults(&cfg, NULL);
-  if (a->mask != NULL && a->kv_len > 0 && a->batch > 0 && a->q_len > 0) cfg.q_block_auto = 0;
+  if (uses_plan(a)) cfg.q_block_auto = 0;
   return flash_scratch_bytes(a, &cfg);
 }
