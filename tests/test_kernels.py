@@ -141,6 +141,17 @@ def test_flash_decode_wide_positions_long_task(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["f32", "f16", "i8"])
+def test_flash_decode_grouped_heads_long_task(dtype):
+    """Decode with 4 query heads a kv head, 8 kv heads of head_dim 64, over tasks of
+    more than 2 MiB of K / V (2,100 keys, one or two threads): F16 and F32 blocks of
+    this shape take the L2 cross prefetches, and F16 moves part of the next block's
+    K prefetch into the scores (fx_next_k_early); the answer must not change."""
+    case = Case("grouped", q_len=1, kv_len=2100, dtype=dtype, n_heads=32, n_kv_heads=8,
+                head_dim=64, start_pos=2099)
+    _assert_matches_oracle(case, ((1, 0), (2, 0)))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "i8"])
 @pytest.mark.parametrize("head_dim", [48, 80, 112])
 @pytest.mark.parametrize("mask", ["none", "random"])
 @pytest.mark.parametrize("group", [1, 2])

@@ -165,6 +165,18 @@ SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRIC
   return fx_hsum16(acc);
 }
 
+/* P.V goes over the block FX_PV_KEYS keys at a time (the tail 1 at a
+ * time), every head in turn, a slice of 16 / R vectors (at most 8) of each
+ * row's accumulator in registers while the keys' V rows of its head stream
+ * through. More keys a visit load and store the slice less often; with the
+ * next block's K prefetch spread over the heads, 16 keys were the fastest for
+ * int8 (Xeon, (32, 8, 64) kv 8192: 1.19x warm, 1.08x cold against 4), 8 for
+ * F16 (1.10x warm, even cold) and 4 for F32 (8 or 16: 4 % slower) and for
+ * one row per head (16 for int8 at (16, 16, 128): 4 % slower). With the
+ * prefetch in one burst per visit, Zen 5 had measured 16 keys 10-20 % slower
+ * cold. */
+#define FX_PV_KEYS(DT, R) ((R) == 1 || (DT) == SDPA_F32 ? 4 : (DT) == SDPA_I8 ? 16 : 8)
+
 /* Float Q.K^T of the block head by head (FX_HO): raw scores into S[j][row].
  * A head's R rows' Q stay in registers while its keys go by KG = 16 / R at a
  * time, and the KG x R dot products of a group are reduced together into one
@@ -175,6 +187,21 @@ SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRIC
  * across positions within a head costs nothing; the block's V rows are
  * prefetched here, spread over the groups. */
 #define FX_HO(R, DC) ((R) >= 2 && (DC) != 0 && (R) * (DC) <= 256)
+/* The next block's keys whose K rows are prefetched during this block's
+ * scores, beside its V rows; P.V prefetches the rest (a multiple of its keys a
+ * visit). Only F16 blocks in the L2 regime: prefetched during P.V alone, the
+ * next block's K had asked for 32 KiB in the shorter phase of the two, and with
+ * K / V rotated past the L3 ((32, 8, 64) kv 8192 and 32768, 2 threads) the
+ * first half moved to the scores made F16 decode 1.03-1.14x faster in five
+ * interleaved runs, warm 0.97-1.004x; moving a quarter did nothing, three
+ * quarters or all of it the same cold, all of it 0.95x warm. F32 (64 KiB) was
+ * 0.94x warm and even cold; int8 (16 KiB) is not in the L2 regime. */
+SDPA_INLINE int64_t fx_next_k_early(const int R, const int DT, const int DC, const int PL2,
+                                    const flash_x512_block *b) {
+  if (!PL2 || DT != SDPA_F16 || !FX_HO(R, DC) || !b->pf_bytes) return 0;
+  return b->next_n / 2 / FX_PV_KEYS(DT, R) * FX_PV_KEYS(DT, R);
+}
+
 SDPA_INLINE void fx_scores_ho(const int R, const int DT, const int DC, const int PL2,
                               const flash_x512_block *b) {
   const int KG = 16 / R, DV = DC / 16;
@@ -182,6 +209,7 @@ SDPA_INLINE void fx_scores_ho(const int R, const int DT, const int DC, const int
   const int64_t ngr = (n + KG - 1) / KG;
   /* the block's V lines (0: no prefetch), over the (head, key group) steps */
   fx_spread pf = fx_spread_of((n * b->pf_bytes + 63) / 64, nh * ngr, PL2);
+  fx_spread pfk = fx_spread_of((fx_next_k_early(R, DT, DC, PL2, b) * b->pf_bytes + 63) / 64, nh * ngr, PL2);
   const float *Qp = (const float *)b->Qp;
   for (int64_t h = 0; h < nh; h++) {
     __m512 q[16];
@@ -194,6 +222,7 @@ SDPA_INLINE void fx_scores_ho(const int R, const int DT, const int DC, const int
     const char *kh = b->K + h * b->ks2;
     for (int64_t j0 = 0; j0 < n; j0 += KG) {
       fx_spread_step(&pf, b->V);
+      fx_spread_step(&pfk, b->next_k);
       const int64_t nk = n - j0 < KG ? n - j0 : KG;
       __m512 acc[16];
 #pragma GCC unroll 16
@@ -589,20 +618,11 @@ SDPA_INLINE void fx_pv_head(const int R, const int VC, const int DT, const int K
     for (int c = 0; c < VC; c++) _mm512_storeu_ps(acc + r * D + 16 * c, a[r * VC + c]);
 }
 
-/* acc += P.V over the block: FX_PV_KEYS keys at a time (the tail 1 at a
- * time), every head in turn, a slice of 16 / R vectors (at most 8) of each
- * row's accumulator in registers while the keys' V rows of its head stream
- * through. More keys a visit load and store the slice less often; with the
- * next block's K prefetch spread over the heads, 16 keys were the fastest for
- * int8 (Xeon, (32, 8, 64) kv 8192: 1.19x warm, 1.08x cold against 4), 8 for
- * F16 (1.10x warm, even cold) and 4 for F32 (8 or 16: 4 % slower) and for
- * one row per head (16 for int8 at (16, 16, 128): 4 % slower). With the
- * prefetch in one burst per visit, Zen 5 had measured 16 keys 10-20 % slower
- * cold. */
-#define FX_PV_KEYS(DT, R) ((R) == 1 || (DT) == SDPA_F32 ? 4 : (DT) == SDPA_I8 ? 16 : 8)
+/* acc += P.V over the block (FX_PV_KEYS keys a visit). */
 SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const int PL2, const flash_x512_block *b) {
   const int VMAX = R == 1 ? 8 : 16 / R, PK = FX_PV_KEYS(DT, R);
   const int64_t D = DC ? DC : b->D, n = b->n, nh = b->nh, rp = FX_PAD16(nh * R);
+  const int64_t k_early = fx_next_k_early(R, DT, DC, PL2, b); /* (done by the scores) */
   const int64_t isz = sdpa_isz(DT);
   for (int64_t j = 0; j < n; j += PK) {
     const int64_t kn = n - j < PK ? n - j : PK;
@@ -611,7 +631,7 @@ SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const int PL2, c
      * line fill buffers (a Xeon: 17 % of F16 decode samples on that loop; spread,
      * F16 / F32 / int8 decode 5-17 % faster warm, 2-9 % cold; Zen 5 had measured
      * the burst ahead) */
-    const int64_t m = b->pf_bytes && j < b->next_n ? (b->next_n - j < PK ? b->next_n - j : PK) : 0;
+    const int64_t m = b->pf_bytes && j >= k_early && j < b->next_n ? (b->next_n - j < PK ? b->next_n - j : PK) : 0;
     fx_spread pf = fx_spread_of((m * b->pf_bytes + 63) / 64, nh, PL2);
     const char *vj = b->V + j * b->vs1;
     for (int64_t h = 0; h < nh; h++, vj += b->vs2) {
