@@ -60,12 +60,18 @@ def markdown(doc: dict, targets: list[dict], command: str) -> str:
             f"GB/s (1 thread); F32 FMA {roof.get('fma_gflops_all')} GFLOP/s"
             + "".join(f"; {dt} -> F32 {roof[f'cvt_{dt}_gelems_all']} G elements/s"
                       for dt in ("f16", "i8") if roof.get(f"cvt_{dt}_gelems_all")))
+    load = doc.get("load") or {}
+    if load.get("other_cpu_fraction") is not None:
+        lines.append(f"* load during the rounds: other processes {load['other_cpu_fraction']:.0%}"
+                     f", hypervisor steal {load['steal_fraction']:.0%} of the CPUs; "
+                     f"(noisy): IQR over {bench.NOISY_IQR:.0%} of the median")
     lines += ["", "| shape | kernel | median µs | IQR µs | GB/s | % DRAM | % DRAM same run | "
               "% roofline | bound | limit (L2 µs) | "
               + " | ".join(f"{p} µs | vs {p}" for p in peers) + " |",
               "|---|---|--:|--:|--:|--:|--:|--:|---|---|" + "--:|--:|" * len(peers)]
     for r in doc["results"]:
-        row = [f"`{r['shape']}`", r["kernel"], _us(r["median_us"]), _us(r["iqr_us"]),
+        row = [f"`{r['shape']}`", r["kernel"], _us(r["median_us"]),
+               _us(r["iqr_us"]) + (" (noisy)" if r.get("noisy") else ""),
                f"{r['gb_s']:.1f}", _pct(r["dram_pct"]),
                _pct(r.get("dram_pct_same_run")) + (f" of {r['read_gb_s_same_run']:.1f}"
                                                    if r.get("read_gb_s_same_run") else ""),
@@ -74,7 +80,8 @@ def markdown(doc: dict, targets: list[dict], command: str) -> str:
                f"{r['limit']} ({_us(r['core_us'])})" if r.get("limit") else "-"]
         for p in peers:
             if p in r["ratio"]:
-                row += [_us(r["peers"][p]["median_us"]), f"**{r['ratio'][p]:.2f}x**"]
+                noisy = " (noisy)" if r["peers"][p].get("noisy") else ""
+                row += [_us(r["peers"][p]["median_us"]) + noisy, f"**{r['ratio'][p]:.2f}x**"]
             else:
                 row += ["-", "-"]
         lines.append("| " + " | ".join(row) + " |")

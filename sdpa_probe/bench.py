@@ -438,6 +438,16 @@ def summarize(seconds: Sequence[float]) -> dict:
             "samples": int(a.size)}
 
 
+# A median whose interquartile range is more than this fraction of it is marked
+# noisy: the rounds disagreed (a neighbour came and went), so its ratios are
+# uncertain by about as much.
+NOISY_IQR = 0.10
+
+
+def is_noisy(stats: dict) -> bool:
+    return stats["iqr_us"] > NOISY_IQR * stats["median_us"]
+
+
 F32_REFERENCE = "flash@f32"
 DRAM_READ = "dram-read"
 
@@ -717,6 +727,9 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                      "are against low ceilings; probe info --refresh re-measures")
     llc = _llc_bytes()
     l2 = _l2_bytes_for(threads)
+    from . import machine
+
+    monitor = machine.LoadMonitor()  # others' CPU use and the hypervisor's steal, for a note
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     results = []
@@ -807,6 +820,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                 results.append({
                     "kernel": n, "shape": shape.name, **shape.as_dict(),
                     "median_us": round(st["median_us"], 2), "iqr_us": round(st["iqr_us"], 2),
+                    "noisy": is_noisy(st),
                     "min_us": round(st["min_us"], 2), "samples": st["samples"],
                     "bytes": shape.bytes, "kv_bytes": shape.kv_bytes, "flops": shape.flops,
                     **_figures(shape, st, roof, threads),
@@ -815,7 +829,8 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                     "ratio": {p: round(ps["median_us"] / st["median_us"], 3)
                               for p, ps in peer_stats.items()},
                     "peers": {p: {k: (round(v, 2) if isinstance(v, float) else v)
-                                  for k, v in ps.items()} for p, ps in peer_stats.items()},
+                                  for k, v in ps.items()} | {"noisy": is_noisy(ps)}
+                              for p, ps in peer_stats.items()},
                     "peer_skipped": peer_skips,
                 })
             del parties, sets
@@ -823,6 +838,17 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         torch.set_num_threads(saved_threads)
         if read is not None:
             read.close()
+    load = monitor.result()
+    if load["busy"]:
+        notes.append(f"other processes or the hypervisor took "
+                     f"{load['other_cpu_fraction'] + load['steal_fraction']:.0%} of the CPUs "
+                     "during these rounds: times may be high and ratios skewed")
+    noisy = [f"{r['shape']} {r['kernel']}" for r in results if r["noisy"]]
+    noisy += sorted({f"{r['shape']} {p}" for r in results for p, ps in r["peers"].items()
+                     if ps["noisy"]})
+    if noisy:
+        notes.append(f"noisy (IQR over {NOISY_IQR:.0%} of the median; more --rounds or a "
+                     f"quieter machine): {', '.join(noisy)}")
     return {
         "schema": SCHEMA,
         "mode": "cold" if cold else "warm",
@@ -838,6 +864,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         "versions": {"torch": torch.__version__, "executorch": executorch_version(),
                      "numpy": np.__version__},
         "peers": peers,
+        "load": load,
         "notes": notes,
         "results": results,
     }

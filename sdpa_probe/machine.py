@@ -274,7 +274,7 @@ def _cpu_ticks() -> tuple[int, int] | None:
     return user + nice + system + irq + softirq, steal
 
 
-class _LoadMonitor:
+class LoadMonitor:
     """How much CPU others used (and the hypervisor stole) while we measured."""
 
     def __init__(self) -> None:
@@ -308,7 +308,7 @@ def measure(progress: Progress | None = None) -> dict:
     p = plan()
     nt = p["threads_all"]
     t0 = time.perf_counter()
-    monitor = _LoadMonitor()
+    monitor = LoadMonitor()
     details: dict[str, dict] = {}
     r = ffi.new("sdpa_probe_mb_result *")
     dram = ffi.new("sdpa_probe_mb_buffer **")

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from sdpa_probe import bench, native
 from sdpa_probe.backends import executorch_library
-from sdpa_probe.cli import app
+from sdpa_probe.cli import app, bench_cmd
 from sdpa_probe.errors import ProbeError
 
 FAKE_ROOF = {"read_bw_gbs_1t": 10.0, "read_bw_gbs_all": 20.0, "l2_read_bw_gbs": 50.0,
@@ -120,6 +120,29 @@ def test_json_contract():
         assert r["read_gb_s_same_run"] > 0
         assert r["dram_pct_same_run"] == pytest.approx(
             100 * r["gb_s"] / r["read_gb_s_same_run"], rel=0.02)
+
+
+def test_noisy_medians_are_marked_and_named_in_a_note(monkeypatch):
+    assert bench.is_noisy({"median_us": 100.0, "iqr_us": 10.5})
+    assert not bench.is_noisy({"median_us": 100.0, "iqr_us": 9.5})
+    shape = bench.parse_shape("decode-h8kv2d64-kv512-f32")
+    real = bench.summarize
+
+    def spread(seconds):  # every party's rounds disagree by a third
+        st = real(seconds)
+        return st | {"iqr_us": st["median_us"] / 3}
+
+    monkeypatch.setattr(bench, "summarize", spread)
+    doc = bench.run([shape], peers=("torch",), threads=1, rounds=2, min_time=0.001,
+                    roofline=FAKE_ROOF)
+    (r,) = doc["results"]
+    assert r["noisy"] and r["peers"]["torch"]["noisy"]
+    (note,) = [n for n in doc["notes"] if n.startswith("noisy")]
+    assert f"{shape.name} flash" in note and f"{shape.name} torch" in note
+    assert set(doc["load"]) == {"other_cpu_fraction", "steal_fraction", "busy"}
+    table = bench_cmd._table(doc)  # the noisy figures are drawn in yellow
+    cells = [c._cells for c in table.columns]
+    assert cells[3][0].startswith("[yellow]") and cells[10][0].startswith("[yellow]")
 
 
 def test_core_limit_extrapolates_the_l2_resident_time():

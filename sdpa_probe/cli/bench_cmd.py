@@ -23,6 +23,11 @@ def _us(x: float) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
 
 
+def _noisy(text: str, stats: dict) -> str:
+    """A figure whose rounds disagreed (bench.NOISY_IQR), in yellow."""
+    return f"[yellow]{text}[/]" if stats.get("noisy") else text
+
+
 def _table(doc: dict) -> Table:
     peers = bench.ratio_columns(doc)
     mode = "cold (rotating inputs > last-level cache)" if doc["mode"] == "cold" else \
@@ -43,7 +48,7 @@ def _table(doc: dict) -> Table:
         t.add_column(f"{p} µs", justify="right")
         t.add_column(f"vs {p}", justify="right")
     for r in doc["results"]:
-        row = [r["shape"], r["kernel"], _us(r["median_us"]), _us(r["iqr_us"]),
+        row = [r["shape"], r["kernel"], _us(r["median_us"]), _noisy(_us(r["iqr_us"]), r),
                f"{r['gb_s']:.1f}", _pct(r["dram_pct"]), _pct(r.get("dram_pct_same_run")),
                _pct(r["roofline_pct"]), r.get("bound") or "-",
                f"{r['limit']} ({_us(r['core_us'])})" if r.get("limit") else "-"]
@@ -51,7 +56,8 @@ def _table(doc: dict) -> Table:
             if p in r["ratio"]:
                 ratio = r["ratio"][p]
                 style = "green" if ratio >= 1.0 else "red"
-                row += [_us(r["peers"][p]["median_us"]), f"[{style}]{ratio:.2f}x[/]"]
+                row += [_noisy(_us(r["peers"][p]["median_us"]), r["peers"][p]),
+                        f"[{style}]{ratio:.2f}x[/]"]
             else:
                 row += ["-", "[dim]n/a[/]"]
         t.add_row(*row)
@@ -125,4 +131,4 @@ def bench_command(
                       f"roofline = time bound max(bytes / bandwidth, flops / {fl} GFLOP/s, "
                       "F16 / BF16 / int8 K and V elements / the measured conversion rate) "
                       "over the median (probe info). Bytes: q, k, v read once, out written "
-                      "once.[/]")
+                      f"once. Yellow: noisy (IQR over {bench.NOISY_IQR:.0%} of the median).[/]")
