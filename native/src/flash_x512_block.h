@@ -195,7 +195,7 @@ SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRIC
  * first half moved to the scores made F16 decode 1.03-1.14x faster in five
  * interleaved runs, warm 0.97-1.004x; moving a quarter did nothing, three
  * quarters or all of it the same cold, all of it 0.95x warm. F32 (64 KiB) was
- * 0.94x warm and even cold; int8 (16 KiB) is not in the L2 regime. */
+ * 0.94x warm and 1.00-1.04x cold; int8 (16 KiB) is not in the L2 regime. */
 SDPA_INLINE int64_t fx_next_k_early(const int R, const int DT, const int DC, const int PL2,
                                     const flash_x512_block *b) {
   if (!PL2 || DT != SDPA_F16 || !FX_HO(R, DC) || !b->pf_bytes) return 0;
