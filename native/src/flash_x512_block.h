@@ -170,12 +170,15 @@ SDPA_INLINE __m512 fx_dot_f(const int R, const int DT, const float *SDPA_RESTRIC
  * row's accumulator in registers while the keys' V rows of its head stream
  * through. More keys a visit load and store the slice less often; with the
  * next block's K prefetch spread over the heads, 16 keys were the fastest for
- * int8 (Xeon, (32, 8, 64) kv 8192: 1.19x warm, 1.08x cold against 4), 8 for
- * F16 (1.10x warm, even cold) and 4 for F32 (8 or 16: 4 % slower) and for
- * one row per head (16 for int8 at (16, 16, 128): 4 % slower). With the
- * prefetch in one burst per visit, Zen 5 had measured 16 keys 10-20 % slower
- * cold. */
-#define FX_PV_KEYS(DT, R) ((R) == 1 || (DT) == SDPA_F32 ? 4 : (DT) == SDPA_I8 ? 16 : 8)
+ * int8 (Xeon, (32, 8, 64) kv 8192: 1.19x warm, 1.08x cold against 4) and, once
+ * half of its next K moved to the scores (fx_next_k_early), for F16 (1.04-1.07x
+ * warm in four of five runs, 1.02-1.04x cold against 8, which had been 1.10x
+ * against 4), 8 for BF16 (16: 0.98-1.02x) and 4 for F32 (8 or 16: 4 % slower)
+ * and for one row per head (16 for int8 at (16, 16, 128): 4 % slower). With
+ * the prefetch in one burst per visit, Zen 5 had measured 16 keys 10-20 %
+ * slower cold. */
+#define FX_PV_KEYS(DT, R) \
+  ((R) == 1 || (DT) == SDPA_F32 ? 4 : (DT) == SDPA_I8 || (DT) == SDPA_F16 ? 16 : 8)
 
 /* Float Q.K^T of the block head by head (FX_HO): raw scores into S[j][row].
  * A head's R rows' Q stay in registers while its keys go by KG = 16 / R at a
