@@ -13,7 +13,7 @@ LAYOUTS = ("bshd", "bhsd", "padded")
 
 # Block sizes of the built-in kernels (flash_core.h); kv lengths and query
 # lengths at block -1, +0, +1 catch partial-block bugs. Decode sizes its key
-# blocks in bytes: at most 16 F32, 32 F16/BF16, 64 int8 keys, fewer (down to 4)
+# blocks in bytes: at most 16 F32, 32 F16/BF16, 64 int8 keys, fewer (down to 16)
 # when a position's K and V over every kv head exceed 64 KiB (F32) / 128 KiB per
 # block, as with many kv heads of head_dim 128.
 # On an AVX-512 build, decode tasks (at most 16 rows per kv head, a divisor of 16)
@@ -22,12 +22,13 @@ Q_BLOCK, KV_BLOCK = 32, 128
 X512_KV_BLOCK = 32
 DECODE_KV_BLOCK = {"f32": 16, "f16": 32, "bf16": 32, "i8": 64}
 DECODE_BLOCK_BYTES = {"f32": 64 << 10, "f16": 128 << 10, "bf16": 128 << 10, "i8": 128 << 10}
+DECODE_MIN_KEYS = 16
 
 
 def decode_kv_block(dtype: str, n_kv_heads: int, head_dim: int) -> int:
     """Keys per decode block of the built-in kernels for this shape (see flash_core.c)."""
     per_key = n_kv_heads * head_dim * 2 * ITEMSIZE[dtype]
-    return max(4, min(DECODE_KV_BLOCK[dtype], DECODE_BLOCK_BYTES[dtype] // per_key))
+    return max(DECODE_MIN_KEYS, min(DECODE_KV_BLOCK[dtype], DECODE_BLOCK_BYTES[dtype] // per_key))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,7 +148,7 @@ def _default() -> list[Case]:
             if dt == "f32" and kv in (1, KV_BLOCK - 1, KV_BLOCK, KV_BLOCK + 1):
                 continue
             cs.append(Case("decode", kv_len=kv, dtype=dt, n_heads=8, n_kv_heads=2))
-    # wide positions (16 kv heads x 128): byte-sized blocks of 4 / 16 / 32 keys
+    # wide positions (16 kv heads x 128): byte-sized blocks of 16 / 16 / 32 keys
     for dt in ("f32", "f16", "i8"):
         blk = decode_kv_block(dt, 16, 128)
         for kv in (blk - 1, blk + 1):

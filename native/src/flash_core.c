@@ -142,7 +142,7 @@ static void setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
   /* short key blocks when a block spans every head: FLASH_DECODE_BLOCK_BYTES of
    * K and V, so that the block and the next one, prefetched while this one
    * runs, stay in L2; at most FLASH_DECODE_KV_BLOCK 4-byte keys (more keys per
-   * block only lengthened the per-block work) and at least 4 */
+   * block only lengthened the per-block work) and at least FLASH_DECODE_MIN_KEYS */
   c->kvb = cfg->kv_block > 0 ? cfg->kv_block : FLASH_DEFAULT_KV_BLOCK;
   if (cfg->kv_block <= 0 && c->x512) {
     c->kvb = FLASH_X512_KV_BLOCK;
@@ -155,7 +155,7 @@ static void setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
     const int64_t budget = FLASH_DECODE_BLOCK_BYTES * (isz == 4 ? 1 : 2);
     int64_t kvb = budget / (c->hc * c->D * (ik + iv));
     if (kvb > FLASH_DECODE_KV_BLOCK * 4 / isz) kvb = FLASH_DECODE_KV_BLOCK * 4 / isz;
-    c->kvb = kvb < 4 ? 4 : kvb;
+    c->kvb = kvb < FLASH_DECODE_MIN_KEYS ? FLASH_DECODE_MIN_KEYS : kvb;
   } else if (cfg->kv_block <= 0 && c->hc > 1) {
     c->kvb = FLASH_DECODE_KV_BLOCK;
   }

@@ -37,6 +37,14 @@ typedef struct flash_cfg {
 #define FLASH_DECODE_KV_BLOCK 16   /* tasks spanning every kv head (decode), 4-byte K/V;
                                       2-byte: 32 keys, int8: 64 (the same bytes) at most */
 #define FLASH_DECODE_BLOCK_BYTES (64 << 10) /* ... and K + V of a block over the task's heads */
+/* ... but at least this many keys: with many kv heads of head_dim 128 the byte
+ * budget had left 4 keys a block, and each (block, head) visit's fixed work (the
+ * AVX2 scores reduce 8 keys at a time, the softmax tile, the P.V setup) then
+ * outweighed its keys. AVX2 build (-march=x86-64-v3) on the Xeon, F32 MHA decode
+ * (16 and 32 kv heads, head_dim 64-128): 1.4-2.0x faster warm, 1.23x cold at
+ * (16, 16, 128) kv 8192, where it had run at 0.54-0.67x torch (ATEN_CPU_CAPABILITY=avx2);
+ * 8 keys gave 1.26-1.87x. F16 / int8 shapes already had 16 or more. */
+#define FLASH_DECODE_MIN_KEYS 16
 
 void flash_cfg_defaults(flash_cfg *cfg, const sdpa_probe_flash_opts *opts);
 int flash_core(const sdpa_args *a, const flash_cfg *cfg);
