@@ -50,6 +50,10 @@ BUSY_FRACTION = 0.1  # others (or the hypervisor) took this much of the CPUs: "b
 # ever measured here counts as "busy" too.
 BELOW_BEST_FRACTION = 0.85
 BEST_KEYS = ("read_bw_gbs_1t", "read_bw_gbs_all", "fma_gflops_1t", "fma_gflops_all")
+# The compute ceilings are the build's (an AVX2 build's FMA loop is 8 lanes wide,
+# an AVX-512 build's 16): compared only with rooflines of the same build flags.
+# The bandwidth ones are the machine's: compared across builds.
+BUILD_KEYS = ("fma_gflops_1t", "fma_gflops_all")
 
 CONVERT_KEYS = tuple(f"cvt_{dt}_gelems_{n}" for dt in CONVERT_DTYPES for n in ("1t", "all"))
 ROOFLINE_KEYS = ("read_bw_gbs_1t", "read_bw_gbs_all", "l2_read_bw_gbs",
@@ -359,6 +363,7 @@ def measure(progress: Progress | None = None) -> dict:
         schema=SCHEMA,
         cpu_model=build.cpu_model(),
         module=res.module_name,
+        build_flags=list(res.flags),
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         measure_seconds=round(seconds, 3),
         load=monitor.result(),
@@ -370,9 +375,13 @@ def measure(progress: Progress | None = None) -> dict:
 
 # ---- the cache ------------------------------------------------------------
 
-def best_ceilings() -> dict:
-    """Per ceiling, the best value any cached roofline of this CPU model holds (any
-    build): what this machine reaches when its host is quiet."""
+def best_ceilings(flags: list[str] | None = None) -> dict:
+    """Per ceiling, the best value any cached roofline of this CPU model holds (the
+    bandwidths from any build, the compute ceilings from builds with these flags:
+    by default the built-in library's): what this machine reaches when its host is
+    quiet."""
+    if flags is None:
+        flags = list(native.native_lib()[2].flags)
     best: dict = {}
     cpu = build.cpu_model()
     for f in roofline_dir().glob("roofline_*.json"):
@@ -382,7 +391,10 @@ def best_ceilings() -> dict:
             continue
         if not isinstance(d, dict) or d.get("cpu_model") != cpu:
             continue
+        same_build = d.get("build_flags") == flags
         for k in BEST_KEYS:
+            if k in BUILD_KEYS and not same_build:
+                continue
             v = d.get(k)
             if isinstance(v, (int, float)) and v > best.get(k, 0):
                 best[k] = v

@@ -210,8 +210,27 @@ def test_info_warns_when_the_host_is_below_its_best(roof_dir, monkeypatch):
     (roof_dir / "roofline_otherbuild.json").write_text(json.dumps(
         quiet | {"read_bw_gbs_all": 4 * quiet["read_bw_gbs_all"]}))
     assert machine.best_ceilings()["read_bw_gbs_all"] == 4 * quiet["read_bw_gbs_all"]
+    assert quiet["build_flags"] == list(native.native_lib()[2].flags)
     res = runner.invoke(app, ["info", "--refresh"])
     assert res.exit_code == 0, res.output
     assert "read_bw_gbs_all" in res.stderr and "best" in res.stderr
     r = machine.load_cached()
     assert r["load"]["busy"] is True and "read_bw_gbs_all" in r["load"]["below_best"]
+
+
+def test_compute_ceilings_are_compared_only_with_the_same_builds(roof_dir):
+    # an AVX2 build's FMA loop runs half as wide as an AVX-512 build's on the same
+    # CPU: that is no sign of a busy host; DRAM bandwidth is the machine's
+    quiet = json.loads(next(roof_dir.glob("roofline_*.json")).read_text())
+    flags = quiet["build_flags"]
+    (roof_dir / "roofline_wider.json").write_text(json.dumps(
+        quiet | {"build_flags": flags + ["-mavx512f"], "fma_gflops_all": 2 * quiet["fma_gflops_all"],
+                 "read_bw_gbs_all": 2 * quiet["read_bw_gbs_all"]}))
+    best = machine.best_ceilings(flags)
+    assert best["fma_gflops_all"] == quiet["fma_gflops_all"]
+    assert best["read_bw_gbs_all"] == 2 * quiet["read_bw_gbs_all"]
+    assert machine.best_ceilings(flags + ["-mavx512f"])["fma_gflops_all"] == 2 * quiet["fma_gflops_all"]
+    # a roofline cached before build_flags was recorded counts for the bandwidths only
+    old = {k: v for k, v in quiet.items() if k != "build_flags"}
+    (roof_dir / "roofline_old.json").write_text(json.dumps(old | {"fma_gflops_1t": 9e9}))
+    assert machine.best_ceilings(flags)["fma_gflops_1t"] == quiet["fma_gflops_1t"]
