@@ -25,6 +25,10 @@ profile: setup
 bench: setup
     {{venv}}/bin/probe bench --vs torch,executorch
 
+# where the AVX-512 decode block's cycles go (one thread, phase by phase)
+block-cycles *ARGS: setup
+    {{venv}}/bin/python benchmarks/block_cycles.py {{ARGS}}
+
 # ExecuTorch's CPU ops as an extra backend (its Python package is never imported)
 executorch: setup
     {{venv}}/bin/pip install --no-deps executorch==1.5.1

@@ -670,22 +670,30 @@ SDPA_INLINE void fx_pv(const int R, const int DT, const int DC, const int PL2, c
   }
 }
 
-/* DC: head_dim as a compile-time constant (0: b->D), for the common 64 and 128 */
+/* DC: head_dim as a compile-time constant (0: b->D), for the common 64 and 128.
+ * FX_OMIT_SCORES / _SOFTMAX / _PV leave a phase out: only for
+ * benchmarks/block_cycles.py, which times the block without each in turn. */
 SDPA_INLINE void fx_block(const int R, const int KDT, const int VDT, const int IQK, const int DC, const int PL2,
                           const flash_x512_block *b) {
   const int64_t rows = b->nh * R, rp = FX_PAD16(rows), nch = rp / 16, D = DC ? DC : b->D;
   float *alpha = b->S + b->n * rp, *mx = alpha + rp;
   __mmask16 *nan = (__mmask16 *)(mx + rp);
   const fx_lanes L = fx_lanes_of(R, b);
+#ifndef FX_OMIT_SCORES
   fx_scores(R, KDT, IQK, DC, PL2, b, &L, mx, nan);
+#endif
+#ifndef FX_OMIT_SOFTMAX
   for (int64_t c = 0; c < nch; c++) fx_softmax(b, &L, c, _mm512_loadu_ps(mx + 16 * c), nan[c], alpha);
+#endif
   for (int64_t f = 0; f < rows; f++) /* rescale the rows whose max moved */
     if (alpha[f] != 1.0f) {
       const __m512 a = _mm512_set1_ps(alpha[f]);
       float *acc = b->acc + f * D;
       for (int64_t d = 0; d < D; d += 16) _mm512_storeu_ps(acc + d, _mm512_mul_ps(_mm512_loadu_ps(acc + d), a));
     }
+#ifndef FX_OMIT_PV
   fx_pv(R, VDT, DC, PL2, b);
+#endif
 }
 
 /* ---- instantiation by (rows per head, K / V dtype, integer Q.K^T) ----
