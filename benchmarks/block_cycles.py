@@ -30,10 +30,12 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # sdpa_probe from this checkout, installed or not
+from sdpa_probe.build import BASE_FLAGS, NATIVE_ARCH  # noqa: E402
+
 SRC, INCLUDE = ROOT / "native" / "src", ROOT / "native" / "include"
 DRIVER = Path(__file__).resolve().parent / "block_cycles.c"
-FLAGS = ["-std=c11", "-O3", "-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math",
-         "-march=native", "-Wall"]  # build.py's BASE_FLAGS and NATIVE_ARCH
+FLAGS = [*BASE_FLAGS, *NATIVE_ARCH]  # the native library's own flags
 DTYPE_FILE = {"f32": "f32", "f16": "f16", "bf16": "bf16", "i8": "i8", "iq": "iq"}
 VARIANTS = {"block": None, "no scores": "FX_OMIT_SCORES", "no softmax": "FX_OMIT_SOFTMAX",
             "no P.V": "FX_OMIT_PV"}
