@@ -109,10 +109,9 @@ int main(int argc, char **argv) {
   b.pf_bytes = prefetch ? nh * D * isz : 0, b.pf_l2 = pf_l2, b.next_n = n;
 
   long calls = 0;
-  double t0 = 0.0, t = 0.0;
+  double t = 0.0;
   for (int pass = 0; pass < 2; pass++) { /* a warm-up pass, then the timed one */
     const double budget = pass ? seconds : seconds / 5, start = now();
-    if (pass) t0 = start;
     calls = 0;
     do {
       for (int64_t k = 0; k < nblk; k++, calls++) {
@@ -123,7 +122,6 @@ int main(int argc, char **argv) {
       t = now() - start;
     } while (t < budget);
   }
-  (void)t0;
   const double hz = clock_hz(), pairs = (double)calls * (double)(n * nh);
   float sum = 0.0f; /* keep the results live */
   for (int64_t i = 0; i < rows * D; i++) sum += acc[i];

@@ -59,15 +59,14 @@ def build(cc: str, dtype: str, work: Path, jobs: int) -> dict[str, Path]:
     sources = [s for s in sources if s.stem != "flash_x512_panel"]
     own = SRC / f"flash_x512_{DTYPE_FILE[dtype]}.c"
     shared = [s for s in sources if s != own] + [DRIVER]
+    tags = {name: name.replace(" ", "_").replace(".", "") for name in VARIANTS}
     tasks = [(s, work / f"{s.stem}.o", []) for s in shared]
     for name, define in VARIANTS.items():
-        tag = name.replace(" ", "_").replace(".", "")
-        tasks.append((own, work / f"{own.stem}.{tag}.o", [define] if define else []))
+        tasks.append((own, work / f"{own.stem}.{tags[name]}.o", [define] if define else []))
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         list(pool.map(lambda t: _compile(cc, *t), tasks))
     exes = {}
-    for name in VARIANTS:
-        tag = name.replace(" ", "_").replace(".", "")
+    for name, tag in tags.items():
         exe = work / f"block_cycles.{dtype}.{tag}"
         objs = [str(work / f"{s.stem}.o") for s in shared] + [str(work / f"{own.stem}.{tag}.o")]
         r = subprocess.run([cc, *objs, "-lm", "-o", str(exe)], capture_output=True, text=True)

@@ -471,6 +471,7 @@ def roofline(refresh: bool = False, progress: Progress | None = None) -> dict:
             data = load_cached()
             if data is not None:
                 return data | {"cached": True, "cache_path": str(path)}
-        data = compare_with_best(measure(progress), best_ceilings())
+        data = measure(progress)
+        data = compare_with_best(data, best_ceilings(data["build_flags"]))
         _store(path, data)
     return data | {"cached": False, "cache_path": str(path)}
