@@ -466,6 +466,19 @@ SDPA_INLINE void fc_store_scores_i32(const int NR, const __m256i *acc, float *S,
   fc_store_lanes(NR, lo, hi, S, sst, j);
 }
 
+/* acc + the pairwise 16-bit products of a and b: one AVX-VNNI instruction
+ * where the CPU has it (Intel client cores from Alder Lake on have it without
+ * AVX-512), else a multiply-add and an add */
+SDPA_INLINE __m256i fc_dpwssd(__m256i acc, __m256i a, __m256i b) {
+#if defined(__AVXVNNI__)
+  return _mm256_dpwssd_avx_epi32(acc, a, b);
+#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpwssd_epi32(acc, a, b);
+#else
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
+#endif
+}
+
 /* The scores of int8 Q against int8 K before the K zero point: (q - zq) . k in
  * int32 through 16-bit multiply-adds (|q - zq| <= 255, |k| <= 128: products and
  * pair sums fit), converted to float (exact: below 2^24 for head_dim <= 256).
@@ -499,7 +512,7 @@ SDPA_INLINE void fc_scores_iq(const int NR, const int16_t *SDPA_RESTRICT Qi, int
         if (KS > 1) __asm__("" : "+x"(qv));
 #pragma GCC unroll 8
         for (int k = 0; k < KS; k++)
-          acc[r * KS + k] = _mm256_add_epi32(acc[r * KS + k], _mm256_madd_epi16(qv, kv[k]));
+          acc[r * KS + k] = fc_dpwssd(acc[r * KS + k], qv, kv[k]);
       }
     }
     fc_prefetch_some(&pp, pp.kn, pp.vn);
