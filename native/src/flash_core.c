@@ -302,6 +302,7 @@ typedef struct {
   int64_t klines, vlines;         /* 64-byte lines of one K / V row (rounded up) */
   int64_t nh;                     /* kv heads of the task */
   int64_t j, h, j_end;            /* per row: next row (position j, head h); none at j_end */
+  int spread_f32;                 /* F32 8-key passes spread their share too (fc_pf_pass) */
 } fc_prefetch;
 
 /* n lines from p on (64-byte lines). */
@@ -348,7 +349,12 @@ SDPA_INLINE void fc_prefetch_step(fc_prefetch *pf, const int KS) {
  * interleaved A/B, 3 runs): 12-19 % faster for F16 decode with one query row per
  * kv head (long 8-key passes of slow conversions), 3-7 % slower for F32 and for 2-key
  * passes, whose bursts are better issued early; so only 8-key passes over a
- * converted K dtype spread (int8 was neutral within the noise). */
+ * converted K dtype spread (int8 was neutral within the noise). On the Intel Xeon
+ * (an -march=x86-64-v3 build) a burst stalls on the line fill buffers as the
+ * AVX-512 block's did: spreading the F32 8-key passes too made F32 MHA decode
+ * ((16, 16, 128), one row per kv head) 1.065x faster at kv 2048 and 32768 and 1.11x
+ * at kv 8192, the rest within 2.5 %; 2-key passes spread were 4-10 % slower there
+ * too. So F32 spreads on Intel cores (spread_f32), not on AMD ones. */
 typedef struct {
   const char *k, *v;  /* next K / V line */
   int64_t kn, vn;     /* lines left */
@@ -386,6 +392,14 @@ SDPA_INLINE void fc_prefetch_some(fc_pf_pass *pp, int64_t kper, int64_t vper) {
     __builtin_prefetch(pp->v, 0, FC_PF_HINT);
 }
 
+#ifdef FC_X86
+/* An Intel core (the prefetch spreading's trade-off is the CPU's; see fc_pf_pass). */
+static int fc_intel(void) {
+  __builtin_cpu_init(); /* (once per process; afterwards a flag test) */
+  return __builtin_cpu_is("intel") ? 1 : 0;
+}
+#endif
+
 /* Aim the cursor at the rows of positions [j, j_end) of the task's heads. */
 static void fc_prefetch_aim(fc_prefetch *pf, int64_t j, int64_t j_end) {
   if (j_end < j) j_end = j;
@@ -411,7 +425,8 @@ SDPA_INLINE void fc_scores(const int NR, const int DT, const float *SDPA_RESTRIC
   for (int64_t j = 0; j < n; j += KS) {
     const char *kr[8];
     v8i zk[8];
-    fc_pf_pass pp = fc_prefetch_take(pf, KS, KS == 8 && DT != SDPA_F32 ? D / 8 : 1);
+    const int spread = KS == 8 && (DT != SDPA_F32 || (pf != NULL && pf->spread_f32));
+    fc_pf_pass pp = fc_prefetch_take(pf, KS, spread ? D / 8 : 1);
 #pragma GCC unroll 8
     for (int k = 0; k < KS; k++) {
       int64_t jj = j + k < n ? j + k : n - 1; /* never past the block's last key */
@@ -1298,6 +1313,11 @@ static void flash_task(void *vctx, int64_t t, int thread) {
     /* rows of one position for the task's heads back to back, positions too */
     pf.linear = pf.ks2 == pf.kbytes && pf.vs2 == pf.vbytes && pf.ks1 == nh * pf.kbytes &&
                 pf.vs1 == nh * pf.vbytes;
+#ifdef FC_X86
+    pf.spread_f32 = fc_intel();
+#else
+    pf.spread_f32 = 0;
+#endif
     fc_prefetch_aim(&pf, 0, 0);
     tb.pf = &pf;
   }
