@@ -9,7 +9,7 @@ import math
 
 DTYPES = ("f32", "f16", "bf16", "i8")
 ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1}
-LAYOUTS = ("bshd", "bhsd", "padded")
+LAYOUTS = ("bshd", "bhsd", "padded", "dmajor")
 
 # Block sizes of the built-in kernels (flash_core.h); kv lengths and query
 # lengths at block -1, +0, +1 catch partial-block bugs. Decode sizes its key
@@ -45,6 +45,8 @@ class Case:
     start_pos: int = 0
     mask: str = "none"        # recipe, see inputs.MASKS
     layout: str = "bshd"      # bshd | bhsd (seq at dim 2) | padded (views with NaN slack)
+    #                           | dmajor ([B, H, D, S] storage: head_dim not innermost, as
+    #                             llama.cpp's transposed V cache)
     scale: float = 0.0        # <= 0: 1/sqrt(head_dim)
     magnitude: float = 1.0    # q and k are multiplied by this (large logits / tiny values)
     n_threads: int = 1
@@ -234,7 +236,7 @@ def _default() -> list[Case]:
     cs.append(Case("dtype", q_len=2, kv_len=70, dtype="i8", mask="constant-token",
                    n_heads=4, n_kv_heads=2))
     # layouts through strides, with NaN in every byte a kernel must not read
-    for lay in ("bhsd", "padded"):
+    for lay in ("bhsd", "padded", "dmajor"):
         cs.append(Case("layout", q_len=3, kv_len=KV_BLOCK + 3, layout=lay,
                        n_heads=4, n_kv_heads=2))
         cs.append(Case("layout", q_len=1, kv_len=200, layout=lay, dtype="f16"))

@@ -141,6 +141,10 @@ def _place(values: np.ndarray, layout: str, slack: int) -> np.ndarray:
         arena = np.empty((B, H, S + slack, D), dtype=values.dtype)
         _nan_fill(arena)
         view = arena[:, :, :S, :].transpose(0, 2, 1, 3)
+    elif layout == "dmajor":  # each (head, dim) a row of positions: dim stride S + slack
+        arena = np.empty((B, H, D, S + slack), dtype=values.dtype)
+        _nan_fill(arena)
+        view = arena[..., :S].transpose(0, 3, 1, 2)
     elif layout == "padded":
         arena = np.empty((B, S + slack, H + 1, D + HEAD_PAD), dtype=values.dtype)
         _nan_fill(arena)
@@ -242,6 +246,10 @@ def out_buffer(case: Case) -> OutBuffer:
         n = B * H * Lq * D
         flat = np.empty(n + 2 * g, dtype=dt)
         view = flat[g:g + n].reshape(B, H, Lq, D).transpose(0, 2, 1, 3)
+    elif case.layout == "dmajor":
+        n = B * H * Lq * D
+        flat = np.empty(n + 2 * g, dtype=dt)
+        view = flat[g:g + n].reshape(B, H, D, Lq).transpose(0, 3, 1, 2)
     else:
         n = B * Lq * H * D
         flat = np.empty(n + 2 * g, dtype=dt)

@@ -139,6 +139,8 @@ BUGS = {
     "nan-masked-rows": ("if (mx != -INFINITY) {", "{"),
     "no-write": ("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;", "return SDPA_OK;"),
     "over-read": ("int64_t n = kv; ", "int64_t n = kv + !a->is_causal; "),
+    # head_dim assumed innermost (unit stride): wrong on a transposed V cache
+    "unit-dim-stride": ("+ d * t->stride[3];\n  switch", "+ d;\n  switch"),
 }
 
 # (bug, case, expected status, reason fragment)
@@ -155,6 +157,7 @@ EXPECT = [
      "fully masked rows"),
     ("no-write", Case("bug", kv_len=20), "fail", "never written"),
     ("over-read", Case("bug", kv_len=20), "fail", "NaN"),
+    ("unit-dim-stride", Case("bug", kv_len=20, layout="dmajor"), "fail", "error above tolerance"),
 ]
 
 
