@@ -178,6 +178,22 @@ def _store(x64: np.ndarray, dtype: str, layout: str, slack: int):
     return real, QuantTensor(qv, sc, zpv)
 
 
+def _poison_future_slots(store, first: int) -> None:
+    """NaN in the stored K / V of positions >= first (int8: their scales), which
+    bottom-right causal hides from every query row. A static KV cache holds stale
+    or uninitialised slots there; a kernel that still multiplies them in (an
+    additive -inf on their scores, then 0 x V) turns garbage into NaN rows. The
+    real values the oracle and torch get stay finite: those keys weigh exactly 0."""
+    from .native import QuantTensor
+
+    if isinstance(store, QuantTensor):
+        store.scale[:, first:] = np.nan
+    elif store.dtype == np.uint16:
+        store[:, first:] = NAN_BITS[np.dtype(np.uint16)][1]
+    else:
+        store[:, first:] = np.nan
+
+
 def materialise(case: Case) -> CaseData:
     rng = np.random.default_rng([case.seed, 0x5D9A])
     B, Lq, H, Hkv, D, Lkv = (case.batch, case.q_len, case.n_heads, case.n_kv_heads,
@@ -193,6 +209,9 @@ def materialise(case: Case) -> CaseData:
     q_real, q_store = _store(q, case.dtype, case.layout, 0)
     k_real, k_store = _store(k, case.dtype, case.layout, KV_SLACK)
     v_real, v_store = _store(v, case.dtype, case.layout, KV_SLACK)
+    if case.causal:  # cache slots no row can see: stale or never written in a real cache
+        _poison_future_slots(k_store, case.start_pos + Lq)
+        _poison_future_slots(v_store, case.start_pos + Lq)
     t = torch.from_numpy
     return CaseData(case, t(q_real), t(k_real), t(v_real), mask, q_store, k_store, v_store)
 

@@ -141,6 +141,11 @@ BUGS = {
     "over-read": ("int64_t n = kv; ", "int64_t n = kv + !a->is_causal; "),
     # head_dim assumed innermost (unit stride): wrong on a transposed V cache
     "unit-dim-stride": ("+ d * t->stride[3];\n  switch", "+ d;\n  switch"),
+    # causal as an additive -inf over every slot's score: stale cache slots reach P.V
+    "additive-causal": (
+        "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
+        "const int64_t lim_ = a->is_causal && a->start_pos + i + 1 < n"
+        " ? a->start_pos + i + 1 : n;"),
 }
 
 # (bug, case, expected status, reason fragment)
@@ -158,6 +163,8 @@ EXPECT = [
     ("no-write", Case("bug", kv_len=20), "fail", "never written"),
     ("over-read", Case("bug", kv_len=20), "fail", "NaN"),
     ("unit-dim-stride", Case("bug", kv_len=20, layout="dmajor"), "fail", "error above tolerance"),
+    ("additive-causal", Case("bug", q_len=3, kv_len=60, causal=True, start_pos=20), "fail",
+     "NaN in"),
 ]
 
 
@@ -168,7 +175,11 @@ def variants(tmp_path_factory):
     for name, (old, new) in BUGS.items():
         assert SRC.count(old) == 1, name
         p = d / f"{name}.c"
-        p.write_text(SRC.replace(old, new))
+        src = SRC.replace(old, new)
+        if name == "additive-causal":  # hidden slots' scores get -inf instead of being skipped
+            add = "if (a->mask) s += a->mask[i * a->mask_row_stride + j];"
+            src = src.replace(add, add + "\n          if (j >= lim_) s += -INFINITY;")
+        p.write_text(src)
         out[name] = p
     return out
 
