@@ -9,7 +9,7 @@ import math
 
 DTYPES = ("f32", "f16", "bf16", "i8")
 ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1}
-LAYOUTS = ("bshd", "bhsd", "padded", "dmajor")
+LAYOUTS = ("bshd", "bhsd", "padded", "dmajor", "vdmajor", "qfused")
 
 # Block sizes of the built-in kernels (flash_core.h); kv lengths and query
 # lengths at block -1, +0, +1 catch partial-block bugs. Decode sizes its key
@@ -45,8 +45,9 @@ class Case:
     start_pos: int = 0
     mask: str = "none"        # recipe, see inputs.MASKS
     layout: str = "bshd"      # bshd | bhsd (seq at dim 2) | padded (views with NaN slack)
-    #                           | dmajor ([B, H, D, S] storage: head_dim not innermost, as
-    #                             llama.cpp's transposed V cache)
+    #                           | dmajor ([B, H, D, S] storage: head_dim not innermost)
+    #                           | vdmajor (only V so, as llama.cpp's transposed V cache)
+    #                           | qfused (Q a view of a fused QKV output; out plain)
     scale: float = 0.0        # <= 0: 1/sqrt(head_dim)
     magnitude: float = 1.0    # q and k are multiplied by this (large logits / tiny values)
     n_threads: int = 1
@@ -244,6 +245,15 @@ def _default() -> list[Case]:
                        n_heads=4, n_kv_heads=2))
     cs.append(Case("layout", batch=2, q_len=5, kv_len=75, layout="padded", causal=True,
                    start_pos=70, mask="random", n_heads=4, n_kv_heads=2))
+    # tensors of one call in different layouts (K's strides are not V's, Q's not out's)
+    cs.append(Case("layout", q_len=3, kv_len=KV_BLOCK + 3, layout="vdmajor",
+                   n_heads=4, n_kv_heads=2, causal=True, start_pos=KV_BLOCK))
+    cs.append(Case("layout", q_len=2, kv_len=90, layout="vdmajor", dtype="i8",
+                   n_heads=4, n_kv_heads=2))
+    cs.append(Case("layout", q_len=4, kv_len=70, layout="qfused", dtype="f16",
+                   n_heads=8, n_kv_heads=2))
+    cs.append(Case("layout", batch=2, q_len=2, kv_len=70, layout="vdmajor", dtype="i8",
+                   n_heads=4, n_kv_heads=2, mask="random"))
     # threads
     for t in (1, 2, 3):
         cs.append(Case("threads", q_len=1, kv_len=1030, n_threads=t, n_heads=8, n_kv_heads=2))

@@ -134,6 +134,16 @@ def _nan_fill(arena: np.ndarray) -> None:
         arena.fill(np.nan)
 
 
+def tensor_layouts(layout: str) -> tuple[str, str, str]:
+    """The (Q, K, V) storage layouts of a case layout; the output takes Q's, except
+    for `qfused`, whose output is a plain [B, S, H, D] tensor."""
+    if layout == "vdmajor":   # llama.cpp's cache: K as usual, V transposed
+        return "bshd", "bshd", "dmajor"
+    if layout == "qfused":    # Q a view of a fused QKV projection's output
+        return "qfused", "bshd", "bshd"
+    return layout, layout, layout
+
+
 def _place(values: np.ndarray, layout: str, slack: int) -> np.ndarray:
     """Copy [B, S, H, D] values into an arena laid out per `layout`, return the view."""
     B, S, H, D = values.shape
@@ -141,6 +151,10 @@ def _place(values: np.ndarray, layout: str, slack: int) -> np.ndarray:
         arena = np.empty((B, H, S + slack, D), dtype=values.dtype)
         _nan_fill(arena)
         view = arena[:, :, :S, :].transpose(0, 2, 1, 3)
+    elif layout == "qfused":  # [B, S, H + 2 H, D]: q heads, then room for k and v heads
+        arena = np.empty((B, S + slack, 3 * H, D), dtype=values.dtype)
+        _nan_fill(arena)
+        view = arena[:, :S, :H]
     elif layout == "dmajor":  # each (head, dim) a row of positions: dim stride S + slack
         arena = np.empty((B, H, D, S + slack), dtype=values.dtype)
         _nan_fill(arena)
@@ -178,6 +192,21 @@ def _store(x64: np.ndarray, dtype: str, layout: str, slack: int):
     return real, QuantTensor(qv, sc, zpv)
 
 
+MASK_PAD = 5  # NaN floats after each mask row: the row stride is not kv_len
+
+
+def _padded_rows(mask: np.ndarray | None) -> np.ndarray | None:
+    """The mask as a view into wider rows, as a slice of a model's precomputed
+    [max_seq, max_seq] mask is: a kernel that takes kv_len for the row stride
+    reads the NaN padding or the wrong row."""
+    if mask is None:
+        return None
+    arena = np.full((mask.shape[0], mask.shape[1] + MASK_PAD), np.nan, dtype=np.float32)
+    view = arena[:, :mask.shape[1]]
+    view[...] = mask
+    return view
+
+
 def _poison_future_slots(store, first: int) -> None:
     """NaN in the stored K / V of positions >= first (int8: their scales), which
     bottom-right causal hides from every query row. A static KV cache holds stale
@@ -205,10 +234,11 @@ def materialise(case: Case) -> CaseData:
         k[:, 3] = 0.75      # a constant token: zero quantization range
         v[:, 5] = -1.25
         v[:, 4] = 0.0
-    mask = make_mask(case, rng)
-    q_real, q_store = _store(q, case.dtype, case.layout, 0)
-    k_real, k_store = _store(k, case.dtype, case.layout, KV_SLACK)
-    v_real, v_store = _store(v, case.dtype, case.layout, KV_SLACK)
+    mask = _padded_rows(make_mask(case, rng))
+    lq, lk, lv = tensor_layouts(case.layout)
+    q_real, q_store = _store(q, case.dtype, lq, 0)
+    k_real, k_store = _store(k, case.dtype, lk, KV_SLACK)
+    v_real, v_store = _store(v, case.dtype, lv, KV_SLACK)
     if case.causal:  # cache slots no row can see: stale or never written in a real cache
         _poison_future_slots(k_store, case.start_pos + Lq)
         _poison_future_slots(v_store, case.start_pos + Lq)
@@ -255,17 +285,20 @@ def out_buffer(case: Case) -> OutBuffer:
     B, Lq, H, D = case.batch, case.q_len, case.n_heads, case.head_dim
     dt = np.dtype(OUT_NP[case.dtype])
     g = GUARD_ELEMS
-    if case.layout == "padded":
+    layout = tensor_layouts(case.layout)[0]
+    if layout == "qfused":
+        layout = "bshd"
+    if layout == "padded":
         shape = (B, Lq, H + 1, D + HEAD_PAD)
         n = int(np.prod(shape))
         flat = np.empty(n + 2 * g, dtype=dt)
         body = flat[g:g + n].reshape(shape)
         view = body[:, :, :H, :D]
-    elif case.layout == "bhsd":
+    elif layout == "bhsd":
         n = B * H * Lq * D
         flat = np.empty(n + 2 * g, dtype=dt)
         view = flat[g:g + n].reshape(B, H, Lq, D).transpose(0, 2, 1, 3)
-    elif case.layout == "dmajor":
+    elif layout == "dmajor":
         n = B * H * Lq * D
         flat = np.empty(n + 2 * g, dtype=dt)
         view = flat[g:g + n].reshape(B, H, D, Lq).transpose(0, 3, 1, 2)

@@ -141,6 +141,14 @@ BUGS = {
     "over-read": ("int64_t n = kv; ", "int64_t n = kv + !a->is_causal; "),
     # head_dim assumed innermost (unit stride): wrong on a transposed V cache
     "unit-dim-stride": ("+ d * t->stride[3];\n  switch", "+ d;\n  switch"),
+    # kv_len taken for the mask's row stride (a slice of a [max_seq, max_seq] mask)
+    "mask-stride-is-kv": ("if (a->mask) s += a->mask[i * a->mask_row_stride + j];",
+                          "if (a->mask) s += a->mask[i * kv + j];"),
+    # V read with K's strides (one cache layout assumed for both)
+    "v-with-k-strides": ("acc[d] += w * load(&a->v, b, j, hk, d);",
+                         "{ sdpa_tensor v_ = a->v;"
+                         " memcpy(v_.stride, a->k.stride, sizeof v_.stride);"
+                         " acc[d] += w * load(&v_, b, j, hk, d); }"),
     # causal as an additive -inf over every slot's score: stale cache slots reach P.V
     "additive-causal": (
         "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
@@ -165,6 +173,8 @@ EXPECT = [
     ("unit-dim-stride", Case("bug", kv_len=20, layout="dmajor"), "fail", "error above tolerance"),
     ("additive-causal", Case("bug", q_len=3, kv_len=60, causal=True, start_pos=20), "fail",
      "NaN in"),
+    ("mask-stride-is-kv", Case("bug", q_len=3, kv_len=20, mask="random"), "fail", "NaN in"),
+    ("v-with-k-strides", Case("bug", q_len=2, kv_len=20, layout="vdmajor"), "fail", "NaN in"),
 ]
 
 
