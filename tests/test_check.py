@@ -149,6 +149,10 @@ BUGS = {
                          "{ sdpa_tensor v_ = a->v;"
                          " memcpy(v_.stride, a->k.stride, sizeof v_.stride);"
                          " acc[d] += w * load(&v_, b, j, hk, d); }"),
+    # int8 scales / zero points of batch 0 for every batch entry
+    "int8-batch-params": (
+        "int64_t qo = b * t->qstride[0] + s * t->qstride[1] + h * t->qstride[2];",
+        "int64_t qo = s * t->qstride[1] + h * t->qstride[2];"),
     # causal as an additive -inf over every slot's score: stale cache slots reach P.V
     "additive-causal": (
         "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
@@ -174,6 +178,7 @@ EXPECT = [
     ("additive-causal", Case("bug", q_len=3, kv_len=60, causal=True, start_pos=20), "fail",
      "NaN in"),
     ("mask-stride-is-kv", Case("bug", q_len=3, kv_len=20, mask="random"), "fail", "NaN in"),
+    ("int8-batch-params", Case("bug", batch=2, kv_len=20, dtype="i8"), "fail", "error above"),
     ("v-with-k-strides", Case("bug", q_len=2, kv_len=20, layout="vdmajor"), "fail", "NaN in"),
 ]
 
