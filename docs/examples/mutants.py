@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""The mutation study of docs/check.md: put one-line bugs into an example kernel,
+run each mutant through `probe check --kernel`, and count the cases that catch it.
+
+    python docs/examples/mutants.py                    # every mutant, default suite
+    python docs/examples/mutants.py --only alpha-base-e,merge-no-rescale
+    python docs/examples/mutants.py --suite full --json mutants.json
+
+A mutant no case catches is a hole in the case matrix (or a harmless change:
+the table says which were expected to pass). Prints a Markdown table; exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ONLINE = HERE / "online_sdpa.c"
+
+RESCALE = "for (int64_t d = 0; d < D; d++) st->acc[d] *= alpha;"
+ALPHA = "const float alpha = exp2f((st->m - mn) * LOG2E); /* 0 while the state is empty */"
+CAUSAL = "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;"
+V_ELEM = "st->acc[d] += w * elem(&a->v, b, j, hk, d);"
+
+# name -> (what the bug is, [(old, new), ...]) for online_sdpa.c; every `old` occurs once
+MUTANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
+    "no-acc-rescale": ("the accumulator not rescaled when a block raises the max",
+                       [(RESCALE, "")]),
+    "no-sum-rescale": ("the running sum not rescaled", [("st->l *= alpha;", "")]),
+    "rescale-after-add": ("the sum rescaled after the block's terms are added",
+                          [("st->l *= alpha;", ""),
+                           ("st->m = mn;\n  }", "st->l *= alpha;\n    st->m = mn;\n  }")]),
+    "alpha-inverted": ("rescale factor exp2(m_new - m_old) instead of exp2(m_old - m_new)",
+                       [(ALPHA, "const float alpha = st->m == -INFINITY ? 0.0f"
+                                " : exp2f((mn - st->m) * LOG2E);")]),
+    "alpha-no-log2e": ("rescale factor exp2(m_old - m_new) without log2(e): the wrong base",
+                       [(ALPHA, "const float alpha = exp2f(st->m - mn);")]),
+    "exp-no-log2e": ("block weights exp2(s - m) without log2(e), the rescale right",
+                     [("const float w = exp2f((p[j - j0] - mn) * LOG2E);",
+                       "const float w = exp2f(p[j - j0] - mn);")]),
+    "max-not-kept": ("the running max never updated", [("st->m = mn;\n  }", "}")]),
+    "max-starts-at-zero": ("the running max initialised to 0, not -inf",
+                           [("st->m = -INFINITY;", "st->m = 0.0f;")]),
+    "no-empty-block-skip": ("a block with every key masked not skipped (-inf - -inf)",
+                            [("if (bm == -INFINITY) continue;", "")]),
+    "tail-block-dropped": ("the range's last partial block dropped (unless it is the only one)",
+                           [("for (int64_t j0 = lo; j0 < hi; j0 += BLOCK) {",
+                             "for (int64_t j0 = lo; j0 < hi && (j0 + BLOCK <= hi || j0 == lo);"
+                             " j0 += BLOCK) {")]),
+    "merge-no-rescale": ("partial states merged without bringing them to a common max",
+                         [("const float w = exp2f((part[s].m - M) * LOG2E);",
+                           "const float w = part[s].m == -INFINITY ? 0.0f : 1.0f;")]),
+    "merge-sum-unweighted": ("partial sums merged without their max's weight",
+                             [("L += part[s].l * w;", "L += part[s].l;")]),
+    "merge-no-empty-guard": ("no guard for a row no split saw a key of (0 / 0)",
+                             [("if (M != -INFINITY) {", "{")]),
+    "split-drops-key": ("the first split's range one key short (boundary off by one)",
+                        [("hi = lo + chunk < n ? lo + chunk : n;",
+                          "hi = lo + chunk < n ? lo + chunk - (s == 0 && chunk > 1) : n;")]),
+    "causal-block-granular": ("the causal edge applied per block: the block that straddles it "
+                              "read whole",
+                              [(CAUSAL, "if (a->is_causal && a->start_pos + i + 1 < n) {"
+                                        " n = (a->start_pos + i + BLOCK) / BLOCK * BLOCK;"
+                                        " if (n > kv) n = kv; }")]),
+    "causal-decode-only": ("start_pos honoured only for q_len 1 (chunked prefill misaligned)",
+                           [(CAUSAL, "if (a->is_causal && (a->q_len == 1 ? a->start_pos : 0)"
+                                     " + i + 1 < n) n = (a->q_len == 1 ? a->start_pos : 0)"
+                                     " + i + 1;")]),
+    "mask-block-local": ("the mask indexed by the key's offset in its block",
+                         [("a->mask[i * a->mask_row_stride + j]",
+                           "a->mask[i * a->mask_row_stride + (j - j0)]")]),
+    "v-quant-params-of-k": ("int8 V dequantised with K's scales and zero points",
+                            [(V_ELEM, "{ sdpa_tensor v_ = a->v; v_.scale = a->k.scale;"
+                                      " v_.zero_point = a->k.zero_point;"
+                                      " st->acc[d] += w * elem(&v_, b, j, hk, d); }")]),
+    "q-prescaled-in-f16": ("q * scale rounded to F16 / BF16 storage (half-precision pre-scale)",
+                           [("q[d] = elem(&a->q, b, i, h, d) * scale;",
+                             "q[d] = a->q.dtype == SDPA_F16 || a->q.dtype == SDPA_BF16"
+                             " ? (float)(_Float16)(elem(&a->q, b, i, h, d) * scale)"
+                             " : elem(&a->q, b, i, h, d) * scale;")]),
+    "acc-in-f16": ("the P.V accumulator kept in F16 for F16 / BF16 inputs",
+                   [(V_ELEM, "st->acc[d] = a->v.dtype == SDPA_F32 || a->v.dtype == SDPA_I8"
+                             " ? st->acc[d] + w * elem(&a->v, b, j, hk, d)"
+                             " : (float)(_Float16)(st->acc[d] + w * elem(&a->v, b, j, hk, d));")]),
+    "gqa-interleaved": ("query head h read kv head h % n_kv_heads (interleaved grouping)",
+                        [("const int64_t hk = h / group;",
+                          "const int64_t hk = h % a->n_kv_heads; (void)group;")]),
+    "scale-sqrt-of-kv-dim": ("the default scale from the kv heads, not head_dim",
+                             [("1.0f / sqrtf((float)D)", "1.0f / sqrtf((float)(D * group))")]),
+}
+
+
+def mutate(src: str, edits: list[tuple[str, str]], name: str) -> str:
+    for old, new in edits:
+        if src.count(old) != 1:
+            raise SystemExit(f"mutant {name}: {old!r} occurs {src.count(old)} times")
+        src = src.replace(old, new)
+    return src
+
+
+def run_check(kernel: Path, suite: str, jobs: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "check.json"
+        proc = subprocess.run([str(Path(sys.executable).with_name("probe")), "check", "--kernel",
+                               str(kernel), "--suite", suite, "--jobs", str(jobs),
+                               "--json", str(out)], capture_output=True, text=True)
+        if not out.exists():
+            return {"error": (proc.stderr.strip().splitlines() or ["no record"])[-1]}
+        doc = json.loads(out.read_text())
+    failed = [r for r in doc["records"] if r["status"] not in ("pass", "unsupported")]
+    return {"run": len(doc["records"]), "caught": len(failed), "cases": [r["case"] for r in failed],
+            "first": failed[0]["case"] + ": " + failed[0]["reason"] if failed else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", default="default")
+    ap.add_argument("--only", default="", help="comma-separated mutant names")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--json", default=None, help="write the results here")
+    args = ap.parse_args(argv)
+    names = [n for n in args.only.split(",") if n] or list(MUTANTS)
+    unknown = [n for n in names if n not in MUTANTS]
+    if unknown:
+        ap.error(f"unknown mutant(s): {', '.join(unknown)}")
+    src = ONLINE.read_text()
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = run_check(ONLINE, args.suite, args.jobs)
+        print(f"unmutated online_sdpa.c: {base.get('caught')} of {base.get('run')} cases fail",
+              file=sys.stderr)
+        for name in names:
+            what, edits = MUTANTS[name]
+            path = Path(tmp) / f"{name}.c"
+            path.write_text(mutate(src, edits, name))
+            results[name] = {"bug": what, **run_check(path, args.suite, args.jobs)}
+            r = results[name]
+            print(f"{name}: {r.get('caught', r.get('error'))}", file=sys.stderr)
+    print("| mutant | bug | cases that catch it |\n|---|---|--:|")
+    for name, r in results.items():
+        caught = r.get("caught", f"build error: {r.get('error')}")
+        print(f"| `{name}` | {r['bug']} | {caught} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"suite": args.suite, "baseline": base,
+                                               "mutants": results}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

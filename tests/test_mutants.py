@@ -1,0 +1,79 @@
+"""The online-softmax example kernel passes the default suite, and the bugs of
+docs/examples/mutants.py that few cases catch stay caught (one catching case each;
+the whole study: `python docs/examples/mutants.py`, docs/check.md)."""
+
+import importlib.util
+import json
+
+import pytest
+from conftest import EXAMPLE_KERNEL
+
+from sdpa_probe.backends import NativeBackend
+from sdpa_probe.cases import find_case, suite
+from sdpa_probe.harness import prepare_case, run_one
+from sdpa_probe.native import load_user_kernel
+
+ONLINE_KERNEL = EXAMPLE_KERNEL.with_name("online_sdpa.c")
+
+
+def _study():
+    spec = importlib.util.spec_from_file_location("mutants", EXAMPLE_KERNEL.with_name("mutants.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+study = _study()
+
+# (mutant, a default-suite case that catches it, reason fragment): the rare catches
+EXPECT = [
+    ("no-empty-block-skip", "masked-rows-h4gqa2-q4-kv389-d64-f32-rowsfar", "NaN in"),
+    ("max-starts-at-zero", "masked-rows-h4gqa2-q5-kv140-d64-f32-rowsfirst", "NaN in"),
+    ("merge-no-empty-guard", "masked-rows-h4gqa2-q5-kv140-d64-f32-rowsfirst", "NaN in"),
+    ("causal-block-granular", "decode-h8gqa4-q4-kv100-d64-f32-causal96", "error above"),
+    ("causal-decode-only", "decode-h8gqa4-q4-kv100-d64-f32-causal96", "error above"),
+    ("mask-block-local", "decode-h16gqa8-q2-kv77-d64-f32-random", "error above"),
+    ("v-quant-params-of-k", "decode-h8gqa4-q1-kv63-d64-i8", "error above"),
+    ("alpha-no-log2e", "gqa-h8gqa1-q1-kv129-d64-f32", "error above"),
+    ("split-drops-key", "gqa-h8gqa1-q1-kv129-d64-f32", "error above"),
+]
+
+
+def test_online_example_passes_default_suite():
+    backend = NativeBackend("online", load_user_kernel(ONLINE_KERNEL))
+    for case in suite("default"):
+        rec = run_one(backend, case, prepare_case(case))
+        assert rec["status"] == "pass", (case.id, rec["reason"])
+
+
+def test_every_mutant_applies_to_the_example():
+    src = ONLINE_KERNEL.read_text()
+    for name, (_what, edits) in study.MUTANTS.items():
+        assert study.mutate(src, edits, name) != src, name
+
+
+@pytest.mark.parametrize("bug,case_id,reason", EXPECT, ids=[e[0] for e in EXPECT])
+def test_online_mutant_is_caught(tmp_path, bug, case_id, reason):
+    path = tmp_path / f"{bug}.c"
+    path.write_text(study.mutate(ONLINE_KERNEL.read_text(), study.MUTANTS[bug][1], bug))
+    case = find_case(case_id)
+    assert case is not None and case_id in {c.id for c in suite("default")}, case_id
+    rec = run_one(NativeBackend(bug, load_user_kernel(path)), case, prepare_case(case))
+    assert rec["status"] == "fail", rec
+    assert reason in rec["reason"], rec["reason"]
+
+
+def test_study_rejects_an_unknown_mutant(capsys):
+    with pytest.raises(SystemExit) as exc:
+        study.main(["--only", "no-such-bug"])
+    assert exc.value.code == 2
+    assert "no-such-bug" in capsys.readouterr().err
+
+
+def test_study_counts_catches(tmp_path):
+    out = tmp_path / "m.json"
+    args = ["--only", "no-empty-block-skip", "--suite", "smoke", "--json", str(out)]
+    assert study.main(args) == 0
+    doc = json.loads(out.read_text())
+    assert doc["baseline"]["caught"] == 0 and doc["baseline"]["run"] > 0
+    assert doc["mutants"]["no-empty-block-skip"]["run"] == doc["baseline"]["run"]
