@@ -34,9 +34,14 @@ typedef struct flash_cfg {
  * 0.97-0.99x (AVX2). */
 #define FLASH_PANEL_ROWS 128
 #define FLASH_DEFAULT_KV_BLOCK 128 /* tasks of one kv head (prefill) */
-#define FLASH_DECODE_KV_BLOCK 16   /* tasks spanning every kv head (decode), 4-byte K/V;
-                                      2-byte: 32 keys, int8: 64 (the same bytes) at most */
-#define FLASH_DECODE_BLOCK_BYTES (64 << 10) /* ... and K + V of a block over the task's heads */
+/* tasks spanning every kv head (decode), 4-byte K/V; 2-byte: 32 keys, int8: 64 (the same
+ * bytes) at most; and K + V of a block over the task's heads */
+#ifndef FLASH_DECODE_KV_BLOCK
+#define FLASH_DECODE_KV_BLOCK 16
+#endif
+#ifndef FLASH_DECODE_BLOCK_BYTES
+#define FLASH_DECODE_BLOCK_BYTES (64 << 10)
+#endif
 /* ... but at least this many keys: with many kv heads of head_dim 128 the byte
  * budget had left 4 keys a block, and each (block, head) visit's fixed work (the
  * AVX2 scores reduce 8 keys at a time, the softmax tile, the P.V setup) then
