@@ -106,9 +106,10 @@ def mutate(src: str, edits: list[tuple[str, str]], name: str) -> str:
 def run_check(kernel: Path, suite: str, jobs: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "check.json"
-        proc = subprocess.run([str(Path(sys.executable).with_name("probe")), "check", "--kernel",
-                               str(kernel), "--suite", suite, "--jobs", str(jobs),
-                               "--json", str(out)], capture_output=True, text=True)
+        probe = [sys.executable, "-c", "from sdpa_probe.cli import main; main()"]
+        proc = subprocess.run([*probe, "check", "--kernel", str(kernel), "--suite", suite,
+                               "--jobs", str(jobs), "--json", str(out)],
+                              capture_output=True, text=True)
         if not out.exists():
             return {"error": (proc.stderr.strip().splitlines() or ["no record"])[-1]}
         doc = json.loads(out.read_text())
