@@ -199,8 +199,9 @@ def variants(tmp_path_factory):
     return out
 
 
-def test_example_kernel_passes_default_suite():
-    backend = NativeBackend("user", load_user_kernel(EXAMPLE_KERNEL))
+@pytest.mark.parametrize("example", ["minimal_sdpa.c", "online_sdpa.c"])
+def test_example_kernel_passes_default_suite(example):
+    backend = NativeBackend("user", load_user_kernel(EXAMPLE_KERNEL.with_name(example)))
     for case in suite("default"):
         rec = run_one(backend, case, prepare_case(case))
         assert rec["status"] == "pass", (case.id, rec["reason"])

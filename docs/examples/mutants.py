@@ -3,11 +3,11 @@
 run each mutant through `probe check --kernel`, and count the cases that catch it.
 
     python docs/examples/mutants.py                    # every mutant, default suite
-    python docs/examples/mutants.py --only alpha-base-e,merge-no-rescale
+    python docs/examples/mutants.py --only alpha-no-log2e,merge-no-rescale
     python docs/examples/mutants.py --suite full --json mutants.json
 
-A mutant no case catches is a hole in the case matrix (or a harmless change:
-the table says which were expected to pass). Prints a Markdown table; exit 0.
+A mutant no case catches is a hole in the case matrix, or a change within the
+tolerance (docs/check.md says which). Prints a Markdown table; exit 0.
 """
 
 from __future__ import annotations
