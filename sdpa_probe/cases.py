@@ -208,6 +208,14 @@ def _default() -> list[Case]:
                    start_pos=296, n_heads=4, n_kv_heads=2))
     cs.append(Case("window", q_len=40, kv_len=300, mask="window:64", causal=True,
                    start_pos=260, n_heads=4, n_kv_heads=2))
+    # a window far down a long cache: the first ~2000 keys are masked for every row, so
+    # whole blocks of up to 1024 keys (and a 2-way split's first range) see no key; a
+    # kernel that does not skip an empty block (-inf - -inf) or merge an empty split
+    # safely fails here whatever its block size (docs/check.md, the tiling sweep)
+    cs.append(Case("window", q_len=1, kv_len=2100, mask="window:64", causal=True,
+                   start_pos=2099, n_heads=8, n_kv_heads=2))
+    cs.append(Case("window", q_len=3, kv_len=2100, mask="window:64", causal=True,
+                   start_pos=2097, n_heads=4, n_kv_heads=2, dtype="i8"))
     cs.append(Case("ring", q_len=1, kv_len=256, mask="ring:200", n_heads=8, n_kv_heads=2))
     cs.append(Case("ring", q_len=8, kv_len=256, mask="ring:192", n_heads=4, n_kv_heads=2))
     cs.append(Case("sink", q_len=1, kv_len=260, mask="sink:4:128", n_heads=8, n_kv_heads=2))

@@ -661,6 +661,18 @@ def plan_regen(root: Path, cases: list[Case], *, prune: bool, suite_name: str | 
         blocking.append(f"the existing manifest cannot be read, so nothing can be compared: "
                         f"{old_probs[0].message}")
 
+    kept = set(old_entries) - {c.id for c in cases} if not prune else set()
+    now = {"versions": versions()}
+    if kept and not torch_err_comparable(old_man, now):
+        # the manifest has one set of versions: stored torch_err values made under
+        # another ISA / CPU beside fresh ones would be read as this machine's
+        was = (old_man.get("versions") or {})
+        raise GoldenError(
+            f"the {len(kept)} stored case(s) this regen would keep were made under torch_cpu "
+            f"{was.get('torch_cpu')} on {was.get('cpu')!r}, this machine is "
+            f"{now['versions']['torch_cpu']} on {now['versions']['cpu']!r}: regenerate every "
+            f"stored case here (the suite, or --cases naming them all) or add the cases on "
+            f"such a machine")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one reduction order: the same bytes on every rerun
     try:

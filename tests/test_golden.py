@@ -223,6 +223,26 @@ def test_regen_removing_cases_needs_accept(gset):
     assert res.exit_code == 1 and "would be removed" in res.output, res.output
 
 
+def test_partial_regen_refuses_to_mix_machines(gset):
+    """torch_err depends on the ISA / CPU and the manifest records one of each: keeping
+    cases made elsewhere beside fresh ones would pass their torch_err off as this
+    machine's. Regenerating every stored case is fine."""
+    man = _manifest(gset)
+    man["versions"]["torch_cpu"] = "SOME_OTHER_ISA"
+    (gset / "manifest.json").write_text(json.dumps(man))
+    before = _files(gset)
+    ids = _small_ids()
+    res = invoke("golden", "regen", "--dir", gset, "--cases", ids[0])
+    assert res.exit_code == 2, res.output
+    assert "2 stored case(s) this regen would keep were made under torch_cpu SOME_OTHER_ISA" \
+        in res.output
+    assert _files(gset) == before
+    res = invoke("golden", "regen", "--dir", gset, "--cases", ",".join(ids))
+    assert res.exit_code == 0, res.output
+    assert _manifest(gset)["versions"] == golden.versions()
+    assert golden.verify(gset).ok
+
+
 def test_regen_usage_errors(tmp_path):
     res = invoke("golden", "regen", "--dir", tmp_path, "--cases", "no-such-case-id")
     assert res.exit_code == 2 and "no case id matches" in res.output

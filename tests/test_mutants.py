@@ -46,15 +46,50 @@ def test_every_mutant_applies_to_the_example():
         assert study.mutate(src, edits, name) != src, name
 
 
-@pytest.mark.parametrize("bug,case_id,reason", EXPECT, ids=[e[0] for e in EXPECT])
-def test_online_mutant_is_caught(tmp_path, bug, case_id, reason):
+# (mutant, BLOCK, SPLITS, the catching case): bugs a large block hides from short caches
+EXPECT_RETILED = [
+    ("no-empty-block-skip", 512, 1, "window-h8gqa4-q1-kv2100-d64-f32-causal2099-window64"),
+    ("no-empty-block-skip", 1024, 1, "window-h4gqa2-q3-kv2100-d64-i8-causal2097-window64"),
+    ("mask-block-local", 512, 1, "window-h8gqa4-q1-kv2100-d64-f32-causal2099-window64"),
+]
+
+
+def _caught(tmp_path, src, bug, case_id, reason):
     path = tmp_path / f"{bug}.c"
-    path.write_text(study.mutate(ONLINE_KERNEL.read_text(), study.MUTANTS[bug][1], bug))
+    path.write_text(study.mutate(src, study.MUTANTS[bug][1], bug))
     case = {c.id: c for c in suite("default")}.get(case_id)
     assert case is not None, case_id
     rec = run_one(NativeBackend(bug, load_user_kernel(path)), case, prepare_case(case))
     assert rec["status"] == "fail", rec
     assert reason in rec["reason"], rec["reason"]
+
+
+@pytest.mark.parametrize("bug,case_id,reason", EXPECT, ids=[e[0] for e in EXPECT])
+def test_online_mutant_is_caught(tmp_path, bug, case_id, reason):
+    _caught(tmp_path, ONLINE_KERNEL.read_text(), bug, case_id, reason)
+
+
+@pytest.mark.parametrize("bug,block,splits,case_id", EXPECT_RETILED,
+                         ids=[f"{e[0]}-block{e[1]}-splits{e[2]}" for e in EXPECT_RETILED])
+def test_retiled_mutant_is_caught(tmp_path, bug, block, splits, case_id):
+    src = study.retile(ONLINE_KERNEL.read_text(), block, splits)
+    assert f"#define BLOCK {block}\n" in src and f"#define SPLITS {splits}\n" in src
+    _caught(tmp_path, src, bug, case_id, "")
+
+
+def test_retiled_example_still_passes_the_long_window_cases(tmp_path):
+    path = tmp_path / "online_512.c"
+    path.write_text(study.retile(ONLINE_KERNEL.read_text(), 512, 1))
+    backend = NativeBackend("online_512", load_user_kernel(path))
+    for case in suite("default"):
+        if "kv2100" in case.id:
+            rec = run_one(backend, case, prepare_case(case))
+            assert rec["status"] == "pass", rec
+
+
+def test_retile_rejects_a_block_of_zero():
+    with pytest.raises(SystemExit, match="--block must be at least 1"):
+        study.retile(ONLINE_KERNEL.read_text(), 0, None)
 
 
 def test_study_rejects_an_unknown_mutant(capsys):
@@ -70,4 +105,5 @@ def test_study_counts_catches(tmp_path):
     assert study.main(args) == 0
     doc = json.loads(out.read_text())
     assert doc["baseline"]["caught"] == 0 and doc["baseline"]["run"] > 0
+    assert (doc["block"], doc["splits"]) == (32, 2)  # the example's own tiling
     assert doc["mutants"]["no-empty-block-skip"]["run"] == doc["baseline"]["run"]

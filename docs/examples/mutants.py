@@ -5,6 +5,7 @@ run each mutant through `probe check --kernel`, and count the cases that catch i
     python docs/examples/mutants.py                    # every mutant, default suite
     python docs/examples/mutants.py --only alpha-no-log2e,merge-no-rescale
     python docs/examples/mutants.py --suite full --json mutants.json
+    python docs/examples/mutants.py --block 512 --splits 1   # the same bugs, another tiling
 
 A mutant no case catches is a hole in the case matrix, or a change within the
 tolerance (docs/check.md says which). Prints a Markdown table; exit 0.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -103,6 +105,20 @@ def mutate(src: str, edits: list[tuple[str, str]], name: str) -> str:
     return src
 
 
+def retile(src: str, block: int | None, splits: int | None) -> str:
+    """The example with another BLOCK / SPLITS: a bug a 32-key block exposes may
+    hide behind a 512-key one (a masked prefix must then span a whole block)."""
+    for name, value in (("BLOCK", block), ("SPLITS", splits)):
+        if value is None:
+            continue
+        if value < 1:
+            raise SystemExit(f"--{name.lower()} must be at least 1, not {value}")
+        src, n = re.subn(rf"^#define {name} \d+", f"#define {name} {value}", src, flags=re.M)
+        if n != 1:
+            raise SystemExit(f"online_sdpa.c: #define {name} occurs {n} times")
+    return src
+
+
 def run_check(kernel: Path, suite: str, jobs: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "check.json"
@@ -124,17 +140,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated mutant names")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--block", type=int, default=None, help="the example's BLOCK (keys)")
+    ap.add_argument("--splits", type=int, default=None, help="the example's SPLITS")
     args = ap.parse_args(argv)
     names = [n for n in args.only.split(",") if n] or list(MUTANTS)
     unknown = [n for n in names if n not in MUTANTS]
     if unknown:
         ap.error(f"unknown mutant(s): {', '.join(unknown)}")
-    src = ONLINE.read_text()
+    src = retile(ONLINE.read_text(), args.block, args.splits)
+    tiling = {"block": int(re.search(r"#define BLOCK (\d+)", src)[1]),
+              "splits": int(re.search(r"#define SPLITS (\d+)", src)[1])}
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        base = run_check(ONLINE, args.suite, args.jobs)
-        print(f"unmutated online_sdpa.c: {base.get('caught')} of {base.get('run')} cases fail",
-              file=sys.stderr)
+        unmutated = Path(tmp) / "online_sdpa.c"
+        unmutated.write_text(src)
+        base = run_check(unmutated, args.suite, args.jobs)
+        print(f"unmutated online_sdpa.c (BLOCK {tiling['block']}, SPLITS {tiling['splits']}): "
+              f"{base.get('caught')} of {base.get('run')} cases fail", file=sys.stderr)
         for name in names:
             what, edits = MUTANTS[name]
             path = Path(tmp) / f"{name}.c"
@@ -147,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         caught = r.get("caught", f"build error: {r.get('error')}")
         print(f"| `{name}` | {r['bug']} | {caught} |")
     if args.json:
-        Path(args.json).write_text(json.dumps({"suite": args.suite, "baseline": base,
+        Path(args.json).write_text(json.dumps({"suite": args.suite, **tiling, "baseline": base,
                                                "mutants": results}, indent=1) + "\n")
     return 0
 
