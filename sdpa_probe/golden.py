@@ -663,10 +663,11 @@ def plan_regen(root: Path, cases: list[Case], *, prune: bool, suite_name: str | 
 
     kept = set(old_entries) - {c.id for c in cases} if not prune else set()
     now = {"versions": versions()}
-    if kept and not torch_err_comparable(old_man, now):
+    comparable = torch_err_comparable(old_man, now)
+    if kept and not comparable:
         # the manifest has one set of versions: stored torch_err values made under
         # another ISA / CPU beside fresh ones would be read as this machine's
-        was = (old_man.get("versions") or {})
+        was = old_man.get("versions") or {}
         raise GoldenError(
             f"the {len(kept)} stored case(s) this regen would keep were made under torch_cpu "
             f"{was.get('torch_cpu')} on {was.get('cpu')!r}, this machine is "
@@ -705,8 +706,7 @@ def plan_regen(root: Path, cases: list[Case], *, prune: bool, suite_name: str | 
                    "reasons": [f"the stored file cannot be compared: {prob.message}"]}
         else:
             row = compare(e.case, old_ref, old_terr, ent["inputs_sha256"], e.ref,
-                          e.torch_err, e.inputs_sha256, drift,
-                          torch_err_comparable(old_man, {"versions": versions()}))
+                          e.torch_err, e.inputs_sha256, drift, comparable)
         rows.append(row)
         if row["status"] == "changed":
             blocking.append(f"{e.case.id}: " + "; ".join(row["reasons"]))

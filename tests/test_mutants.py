@@ -25,6 +25,7 @@ def _study():
 
 
 study = _study()
+DEFAULT = {c.id: c for c in suite("default")}
 
 # (mutant, a default-suite case that catches it, reason fragment): the rare catches
 EXPECT = [
@@ -57,7 +58,7 @@ EXPECT_RETILED = [
 def _caught(tmp_path, src, bug, case_id, reason):
     path = tmp_path / f"{bug}.c"
     path.write_text(study.mutate(src, study.MUTANTS[bug][1], bug))
-    case = {c.id: c for c in suite("default")}.get(case_id)
+    case = DEFAULT.get(case_id)
     assert case is not None, case_id
     rec = run_one(NativeBackend(bug, load_user_kernel(path)), case, prepare_case(case))
     assert rec["status"] == "fail", rec
@@ -81,8 +82,8 @@ def test_retiled_example_still_passes_the_long_window_cases(tmp_path):
     path = tmp_path / "online_512.c"
     path.write_text(study.retile(ONLINE_KERNEL.read_text(), 512, 1))
     backend = NativeBackend("online_512", load_user_kernel(path))
-    for case in suite("default"):
-        if "kv2100" in case.id:
+    for cid, case in DEFAULT.items():
+        if "kv2100" in cid:
             rec = run_one(backend, case, prepare_case(case))
             assert rec["status"] == "pass", rec
 
