@@ -278,8 +278,8 @@ def load(result: BuildResult):
     spec = importlib.util.spec_from_file_location(result.module_name, result.path)
     if spec is None or spec.loader is None:
         raise BuildError(f"cannot load {result.path}")
-    mod = importlib.util.module_from_spec(spec)
-    try:
+    try:  # (the dynamic loader runs in module_from_spec: undefined symbols surface there)
+        mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
     except ImportError as exc:
         raise BuildError(f"cannot load {result.path}: {exc}") from None

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from pathlib import Path
 
 import numpy as np
 
 from . import _cdefs
 from .build import INCLUDE_DIR, SRC_DIR, BuildResult, BuildSpec, build, load  # noqa: F401
-from .errors import ProbeError, SdpaInvalid, SdpaUnsupported
+from .errors import BuildError, ProbeError, SdpaInvalid, SdpaUnsupported
 
 F32, F16, BF16, I8 = 0, 1, 2, 3
 DTYPE_NAMES = {F32: "f32", F16: "f16", BF16: "bf16", I8: "i8"}
@@ -157,7 +158,17 @@ def get_kernel(name: str) -> Kernel:
 def load_user_kernel(path: Path, force: bool = False) -> Kernel:
     spec = user_kernel_spec(path)
     res = build(spec, force=force, **_build_opts)
-    mod = load(res)
+    try:
+        mod = load(res)
+    except BuildError as exc:
+        missing = re.search(r"undefined symbol: (\w+)", str(exc))
+        if missing and missing.group(1) == "sdpa_forward":
+            raise BuildError(f"{Path(path).name} does not define sdpa_forward, the entry point a "
+                             "kernel exports: int sdpa_forward(const sdpa_args *)") from None
+        if missing:
+            raise BuildError(f"{Path(path).name} uses {missing.group(1)}, which it does not "
+                             "define (a kernel is one self-contained .c file, or a .so)") from None
+        raise
     info = KernelInfo(f"user:{Path(path).name}", f"user kernel {path}",
                       ("f32", "f16", "bf16", "i8"), (), -1)
     return Kernel(mod.ffi, mod.lib, info, user=True)

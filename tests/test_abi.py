@@ -114,6 +114,21 @@ def test_broken_kernel_source_is_a_build_error(tmp_path, monkeypatch):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("body,msg", [
+    ("int sdpa_forwrd(const sdpa_args *a) { (void)a; return 0; }", "does not define sdpa_forward"),
+    ("int helper(const sdpa_args *a);\nint sdpa_forward(const sdpa_args *a) { return helper(a); }",
+     "uses helper, which it does not define"),
+])
+def test_kernel_that_does_not_link_is_a_one_line_error(tmp_path, monkeypatch, body, msg):
+    """It compiles; the dynamic loader refuses it (this had been a traceback)."""
+    monkeypatch.setenv("SDPA_PROBE_CACHE", str(tmp_path / "cache"))
+    bad = tmp_path / "k.c"
+    bad.write_text('#include "sdpa_probe.h"\n' + body + "\n")
+    with pytest.raises(BuildError, match=msg) as err:
+        native.load_user_kernel(bad)
+    assert "\n" not in str(err.value)
+
+
 def test_user_kernel_must_exist():
     with pytest.raises(ProbeError, match="not found"):
         native.load_user_kernel("/nonexistent/k.c")

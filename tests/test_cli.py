@@ -83,3 +83,13 @@ def test_commands_warn_when_the_kernels_run_a_portable_build(monkeypatch):
     out = runner.invoke(app, ["bench", "--shape", "decode-h4kv1d64-kv64-f32", "--vs", "",
                               "--rounds", "1", "--min-time", "0", "--json", "-"])
     assert out.exit_code == 0 and "portable" not in out.stderr
+
+
+@pytest.mark.parametrize("cmd", [["check", "--suite", "smoke", "--kernel"], ["bench", "--shape",
+                                  "decode-h32kv8d64-kv512-f32", "--rounds", "1", "--kernel"]])
+def test_a_kernel_file_without_sdpa_forward_is_a_usage_error(tmp_path, cmd):
+    k = tmp_path / "mine.c"
+    k.write_text('#include "sdpa_probe.h"\nint my_sdpa(const sdpa_args *a) { (void)a; return 0; }\n')
+    res = runner.invoke(app, [*cmd, str(k)])
+    assert res.exit_code == 2, res.output
+    assert "mine.c does not define sdpa_forward" in res.output and "Traceback" not in res.output
