@@ -89,7 +89,8 @@ def test_commands_warn_when_the_kernels_run_a_portable_build(monkeypatch):
                                   "decode-h32kv8d64-kv512-f32", "--rounds", "1", "--kernel"]])
 def test_a_kernel_file_without_sdpa_forward_is_a_usage_error(tmp_path, cmd):
     k = tmp_path / "mine.c"
-    k.write_text('#include "sdpa_probe.h"\nint my_sdpa(const sdpa_args *a) { (void)a; return 0; }\n')
+    k.write_text('#include "sdpa_probe.h"\n'
+                 "int my_sdpa(const sdpa_args *a) { (void)a; return 0; }\n")
     res = runner.invoke(app, [*cmd, str(k)])
     assert res.exit_code == 2, res.output
     assert "mine.c does not define sdpa_forward" in res.output and "Traceback" not in res.output
