@@ -273,6 +273,7 @@ class NativeParty(Party):
         self.name = kernel.name
         self.kernel = kernel
         self.shape = shape
+        self.threads = threads
         # a registered kernel runs in its own library's loop; a user kernel's module has
         # none, so it runs in ours
         ffi, lib = (native.native_lib()[:2] if kernel.user else (kernel.ffi, kernel.lib))
@@ -645,7 +646,7 @@ def resolve_kernels(specs: Sequence[str]) -> list[native.Kernel]:
             k = native.load_user_kernel(spec)
             if any(o.name == k.name for o in out):
                 k = native.Kernel(k.ffi, k.lib, dataclasses.replace(k.info, name=f"user:{spec}"),
-                                  user=True)
+                                  user=True, build=k.build)
         elif spec in known:
             k = known[spec]
         else:
@@ -676,15 +677,21 @@ def kernels_for(shape: Shape, kernels: Sequence[native.Kernel] | None) -> list[n
 
 
 def _first_call(party: NativeParty) -> str | None:
-    """Run a party's kernel once: None if it ran, else why it cannot be timed."""
+    """Run a party's kernel once: None if it ran, else why it cannot be timed. A user
+    kernel's first call is tried in a child process first: a crash there costs the child."""
     from .errors import SdpaInvalid, SdpaUnsupported
+    from .harness import trial_call
 
+    if party.kernel.user and party.kernel.build is not None:
+        died = trial_call(party.kernel.build, dataclasses.asdict(party.shape), party.threads)
+        if died:
+            return f"crashed in a trial call ({died})"
     try:
         party.run(1)
     except SdpaUnsupported:
-        return "SDPA_UNSUPPORTED"
+        return "returned SDPA_UNSUPPORTED"
     except SdpaInvalid as exc:
-        return str(exc).split(": ", 1)[-1]
+        return "returned " + str(exc).split(": ", 1)[-1]
     return None
 
 
@@ -743,13 +750,16 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
             n_sets = cold_sets(shape, llc) if cold else 1
             say(f"{shape.name}: {', '.join([k.name for k in ks] + peers)}"
                 + (f" ({n_sets} input sets)" if cold else ""))
-            sets = make_inputs(shape, n_sets)
+            try:
+                sets = make_inputs(shape, n_sets)
+            except MemoryError as exc:
+                raise ProbeError(f"shape {shape.name} does not fit in memory: {exc}") from None
             parties: list[Party] = []
             for k in ks:  # (a user kernel says by its status whether it takes the shape)
                 party = NativeParty(k, shape, sets, threads)
                 why = _first_call(party)
                 if why:
-                    notes.append(f"{shape.name}: {k.name} returned {why}: skipped")
+                    notes.append(f"{shape.name}: {k.name} {why}: skipped")
                 else:
                     parties.append(party)
             ks = [k for k in ks if any(p.name == k.name for p in parties)]
@@ -787,7 +797,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                         party = NativeParty(k, shape, sets, threads)
                         why = _first_call(party)
                         if why:
-                            peer_skips[p] = f"returned {why}"
+                            peer_skips[p] = why
                         else:
                             parties.append(party)
                 elif p == "torch":

@@ -61,9 +61,20 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _words(text: str, what: str) -> list[str]:
+    """shlex.split, with an unbalanced quote a one-line BuildError naming its source."""
+    try:
+        return shlex.split(text)
+    except ValueError as exc:
+        raise BuildError(f"{what} {text!r}: {str(exc).lower()}") from None
+
+
 def compiler_command(cc: str | None) -> list[str]:
-    cmd = cc or os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
-    return shlex.split(cmd)
+    if cc:
+        return _words(cc, "--cc")
+    if os.environ.get("CC"):
+        return _words(os.environ["CC"], "$CC")
+    return _words(sysconfig.get_config_var("CC") or "cc", "the compiler")
 
 
 def compiler_version(cc: list[str]) -> str:
@@ -173,6 +184,9 @@ def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str],
                     os.environ.pop(k, None)
                 else:
                     os.environ[k] = v
+        if not os.path.isfile(built):  # e.g. --cc /bin/true: "success", and nothing built
+            raise BuildError(f"compiling {module_name} failed: {' '.join(cc)} exited 0 but "
+                             f"wrote no {Path(built).name}")
         os.replace(built, dest)
 
 
@@ -238,14 +252,20 @@ def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
     """Build (or find in the cache) the module described by spec."""
     cc_cmd = compiler_command(cc)
     cc_version = compiler_version(cc_cmd)
-    user_flags = shlex.split(cflags) if cflags is not None else shlex.split(
-        os.environ.get("SDPA_PROBE_CFLAGS", ""))
+    user_flags = (_words(cflags, "compiler flags") if cflags is not None
+                  else _words(os.environ.get("SDPA_PROBE_CFLAGS", ""), "$SDPA_PROBE_CFLAGS"))
     attempts = [BASE_FLAGS + NATIVE_ARCH + user_flags]
     if not any(f.startswith(("-march", "-mcpu")) for f in user_flags):
         attempts.append(BASE_FLAGS + user_flags)  # portable fallback
     else:
         attempts = [BASE_FLAGS + user_flags]
     root = cache_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = "not a directory" if root.exists() else exc.strerror
+        raise BuildError(f"cannot use the build cache {root}: {why} (set SDPA_PROBE_CACHE "
+                         "to a writable directory)") from None
     last_error: BuildError | None = None
     for n, flags in enumerate(attempts):
         key = _key(spec, cc_cmd, cc_version, flags)

@@ -614,6 +614,8 @@ def select_cases(specs: list[str] | None, suite_name: str) -> list[Case]:
                                  f"--json - | jq '.records[].case')")
             for c in hits:
                 chosen[c.id] = c
+    if not chosen:
+        raise ProbeError("--cases is empty: give case ids (or parts of ids), comma separated")
     return list(chosen.values())
 
 

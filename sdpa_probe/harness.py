@@ -295,3 +295,50 @@ class WorkerPool:
             queue.appendleft((s.case, s.pending[1:]))
         self._kill(s)
         return self._spawn()
+
+
+# ---- one trial call of a user kernel, in a child process ------------------------------
+
+def _trial_child() -> None:
+    """The child of trial_call: (BuildResult, shape fields, threads) pickled on stdin."""
+    import pickle
+    import sys
+
+    result, shape, threads = pickle.load(sys.stdin.buffer)
+    try:
+        from . import bench, native
+        from .build import load
+
+        mod = load(result)
+        sh = bench.Shape(**shape)
+        s = bench.make_inputs(sh, 1)[0]
+        call = native.prepare(mod.ffi, s.q, s.k, s.v, s.out, is_causal=sh.causal,
+                              start_pos=sh.start_pos, n_threads=threads)
+        mod.lib.sdpa_forward(call.args)
+    except Exception:  # not the trial's business: the caller's own first call reports it
+        sys.exit(3)
+
+
+def trial_call(result, shape: dict, threads: int = 0, timeout: float = 120.0) -> str | None:
+    """Call a built user kernel (result: its BuildResult) once on a bench.Shape's fields
+    in a child process, before a caller runs it in its own: None if the child lived
+    through the call, else how it died, e.g. 'SIGSEGV' or 'no return within 120 s'.
+    (Its status is not judged here; an error of the trial itself counts as lived.)"""
+    import pickle
+    import subprocess
+    import sys
+
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (package_parent, os.environ.get("PYTHONPATH")) if p))
+    try:
+        out = subprocess.run([sys.executable, "-c",
+                              "from sdpa_probe.harness import _trial_child; _trial_child()"],
+                             input=pickle.dumps((result, shape, threads)), capture_output=True,
+                             timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return f"no return within {timeout:g} s"
+    if out.returncode >= 0:
+        return None
+    said = [ln.strip() for ln in out.stderr.decode(errors="replace").splitlines() if ln.strip()]
+    return _signal_name(out.returncode) + (f"; it printed: {said[-1][:240]}" if said else "")

@@ -72,7 +72,11 @@ def native_lib():
 
 
 def user_kernel_spec(path: Path) -> BuildSpec:
+    if not str(path).strip():
+        raise ProbeError("--kernel is empty: give a .c or .so file implementing sdpa_forward")
     path = Path(path).resolve()
+    if path.is_dir():
+        raise ProbeError(f"--kernel {path} is a directory: give a .c or .so file")
     if not path.is_file():
         raise ProbeError(f"kernel file not found: {path}")
     if path.suffix == ".c":
@@ -108,8 +112,10 @@ class KernelInfo:
 class Kernel:
     """One callable SDPA kernel behind the C ABI."""
 
-    def __init__(self, ffi, lib, info: KernelInfo, user: bool = False):
+    def __init__(self, ffi, lib, info: KernelInfo, user: bool = False,
+                 build: BuildResult | None = None):
         self.ffi, self.lib, self.info, self.user = ffi, lib, info, user
+        self.build = build  # a user kernel's module (harness.trial_call loads it elsewhere)
 
     @property
     def name(self) -> str:
@@ -155,11 +161,11 @@ def get_kernel(name: str) -> Kernel:
     return kernels[name]
 
 
-def load_user_kernel(path: Path, force: bool = False) -> Kernel:
-    spec = user_kernel_spec(path)
-    res = build(spec, force=force, **_build_opts)
+def load_user_module(res: BuildResult, path: Path):
+    """Import a built user kernel module; a symbol the file does not define (sdpa_forward
+    itself, or a helper) is a one-line BuildError naming it."""
     try:
-        mod = load(res)
+        return load(res)
     except BuildError as exc:
         missing = re.search(r"undefined symbol: (\w+)", str(exc))
         if missing and missing.group(1) == "sdpa_forward":
@@ -169,9 +175,15 @@ def load_user_kernel(path: Path, force: bool = False) -> Kernel:
             raise BuildError(f"{Path(path).name} uses {missing.group(1)}, which it does not "
                              "define (a kernel is one self-contained .c file, or a .so)") from None
         raise
+
+
+def load_user_kernel(path: Path, force: bool = False) -> Kernel:
+    spec = user_kernel_spec(path)
+    res = build(spec, force=force, **_build_opts)
+    mod = load_user_module(res, path)
     info = KernelInfo(f"user:{Path(path).name}", f"user kernel {path}",
                       ("f32", "f16", "bf16", "i8"), (), -1)
-    return Kernel(mod.ffi, mod.lib, info, user=True)
+    return Kernel(mod.ffi, mod.lib, info, user=True, build=res)
 
 
 def raise_for_status(status: int, name: str) -> None:

@@ -84,17 +84,21 @@ def save_repro(directory: Path, case, data, ref, backend: str) -> list[Path]:
     """Write the case's inputs and reference (.npz) and a torch-only Python snippet."""
     import numpy as np
 
-    directory.mkdir(parents=True, exist_ok=True)
     npz = directory / f"{case.id}.npz"
     arrays = {"q": data.q.numpy(), "k": data.k.numpy(), "v": data.v.numpy(), "reference": ref}
     if data.mask is not None:
         arrays["mask"] = data.mask
-    np.savez_compressed(npz, **arrays)
     script = directory / f"{case.id}.py"
-    script.write_text(_SNIPPET.format(case_id=case.id, backend=backend, npz=npz.name,
-                                      causal=case.causal, start_pos=case.start_pos,
-                                      scale=case.scale, dtype=case.dtype,
-                                      params=repr(case.params())))
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(npz, **arrays)
+        script.write_text(_SNIPPET.format(case_id=case.id, backend=backend, npz=npz.name,
+                                          causal=case.causal, start_pos=case.start_pos,
+                                          scale=case.scale, dtype=case.dtype,
+                                          params=repr(case.params())))
+    except OSError as exc:
+        raise ProbeError(f"cannot write the reproduction into {directory}: "
+                         f"{exc.strerror}") from None
     return [npz, script]
 
 

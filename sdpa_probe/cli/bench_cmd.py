@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import typer
 from rich.table import Table
 
 from .. import bench
 from ..errors import ProbeError
 from . import command
-from .output import Output
+from .output import Output, check_writable
 
 
 def _split(text: str | None) -> list[str]:
@@ -106,6 +108,12 @@ def bench_command(
             groups = [g for g, f in bench.GROUPS.items() if g != "all" and f(s)]
             out.print(f"{name}  [dim]{' '.join(groups)}[/]")
         return
+    if threads < 0 or threads > 64:  # (the native thread pool's limit, SDPA_PROBE_MAX_THREADS)
+        raise ProbeError(f"--threads must be between 1 and 64 (0: all cores), got {threads}")
+    if not math.isfinite(min_time):
+        raise ProbeError(f"--min-time must be a finite number of seconds, got {min_time}")
+    check_writable(json_path, "--json",
+                   inputs=[s for s in _split(kernel) + _split(vs) if bench.is_kernel_file(s)])
     dtypes = _split(dtype) or None
     for d in dtypes or ():
         if d not in bench.DTYPES:

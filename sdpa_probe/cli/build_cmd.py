@@ -26,6 +26,7 @@ def build_command(
     # the options apply to this build only: no process-wide state is changed
     if kernel is not None:
         res = native.build(native.user_kernel_spec(kernel), force=force, cc=cc, cflags=cflags)
+        native.load_user_module(res, kernel)  # it links: it defines sdpa_forward and its helpers
     else:
         res = native.build(native.lib_spec(), force=force, cc=cc, cflags=cflags)
         native.load(res)  # a build that does not import is not a build

@@ -18,11 +18,12 @@ from ..errors import ProbeError
 from ..harness import WorkerPool
 from ..report import FAILING, by_backend_family, check_document, exit_code, summary, write_junit
 from . import command
-from .output import Output
+from .output import Output, check_writable
 
 STATUS_STYLE = {"pass": "green", "fail": "red", "crash": "bold red", "timeout": "magenta",
                 "unsupported": "dim", "error": "yellow"}
 EXTRA_SUITES = ("cache-sizing",)
+MAX_TIMEOUT = 86400
 
 
 def _resolve_backends(backend: list[str] | None, kernel: Path | None, out: Output) -> list[str]:
@@ -65,7 +66,9 @@ def _select_cases(suite_name: str, k: list[str] | None, dtype: list[str] | None,
     if seed:
         cases = [dataclasses.replace(c, seed=c.seed + seed) for c in cases]
     if dtype:
-        wanted = {d for spec in dtype for d in spec.split(",")}
+        wanted = {d.strip() for spec in dtype for d in spec.split(",") if d.strip()}
+        if not wanted:
+            raise ProbeError(f"--dtype is empty; known: {', '.join(DTYPES)}")
         bad = wanted - set(DTYPES)
         if bad:
             raise ProbeError(f"unknown dtype {sorted(bad)[0]!r}; known: {', '.join(DTYPES)}")
@@ -171,6 +174,14 @@ def check_command(
                          f"{', '.join(list(SUITES) + list(EXTRA_SUITES))}")
     if save is not None and repro is None:
         raise ProbeError("--save needs --repro CASE_ID")
+    if save is not None and save.exists() and not save.is_dir():
+        raise ProbeError(f"--save {save} is not a directory")
+    if seed < 0:
+        raise ProbeError(f"--seed must be >= 0, got {seed}")
+    if not timeout <= MAX_TIMEOUT:  # (inf too: the worker pool waits in poll(), in ms)
+        raise ProbeError(f"--timeout must be at most {MAX_TIMEOUT} s (a day), got {timeout:g}")
+    check_writable(json_path, "--json", inputs=[kernel])
+    check_writable(junit, "--junit", inputs=[kernel])
     if golden_dir is not None:
         golden = True
     if golden and repro is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,28 @@ class Output:
     def write_json(path: str, obj: Any) -> None:
         """Write a JSON document to a path, or to stdout for '-'."""
         write_text(path, dumps(obj) + "\n")
+
+
+def check_writable(path: str | None, option: str, inputs=()) -> None:
+    """Before the work, not after it: an output PATH must be a file (new or not) in an
+    existing, writable directory, and none of the command's input files (a --kernel
+    source); otherwise a one-line ProbeError naming the option."""
+    if path is None or path == "-":
+        return
+    p = Path(path).expanduser()
+    parent = p.parent
+    if any(p.exists() and Path(i).expanduser().exists() and p.samefile(Path(i).expanduser())
+           for i in inputs if i):
+        why = "it is an input of this command (a kernel file); refusing to overwrite it"
+    elif p.is_dir():
+        why = "it is a directory"
+    elif not parent.is_dir():
+        why = f"{parent} is not a directory" if parent.exists() else f"no directory {parent}"
+    elif not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        why = "permission denied"
+    else:
+        return
+    raise ProbeError(f"cannot write {option} {path}: {why}")
 
 
 def write_text(path: str, text: str) -> None:

@@ -11,7 +11,7 @@ from ..errors import ProbeError
 from ..profile import chart as chart_mod
 from ..profile import models, report, runner
 from . import command
-from .output import Output
+from .output import Output, check_writable
 
 
 @command("profile")
@@ -85,6 +85,8 @@ def profile_command(
 ) -> None:
     """Profile one transformer decode step op by op: decomposed vs fused attention."""
     to_stdout = json_path == "-" or csv_path == "-" or trace_path == "-"
+    if kernel is not None and not kernel.strip():
+        raise ProbeError("--kernel is empty: give a .c or .so file implementing sdpa_forward")
     if sum(p == "-" for p in (json_path, csv_path, trace_path)) > 1:
         raise ProbeError("only one of --json, --csv, --trace can write to stdout")
     if interactive:
@@ -107,6 +109,9 @@ def profile_command(
         raise ProbeError("--chart-top must be >= 1")
     if chart is not None and not chart.lower().endswith(".svg"):
         raise ProbeError(f"--chart writes SVG: give a .svg path, got {chart!r}")
+    for option, path in (("--json", json_path), ("--csv", csv_path), ("--trace", trace_path),
+                         ("--chart", chart)):
+        check_writable(path, option, inputs=[kernel])
     out = Output(json_mode=to_stdout)
     if not out.out.is_terminal and "COLUMNS" not in os.environ:
         out.out.width = 160  # piped or captured: the per-op table needs the room

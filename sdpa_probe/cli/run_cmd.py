@@ -22,7 +22,7 @@ def shape_case(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, h
     for name, val, lo in (("--batch", batch, 1), ("--heads", heads, 1), ("--kv-heads", kv_heads, 1),
                           ("--q-len", q_len, 1), ("--kv-len", kv_len, 0),
                           ("--head-dim", head_dim, 1), ("--start-pos", start_pos, 0),
-                          ("--threads", threads, 0)):
+                          ("--threads", threads, 0), ("--seed", seed, 0)):
         if val < lo:
             raise ProbeError(f"{name} must be >= {lo}, got {val}")
     if heads % kv_heads:
@@ -58,7 +58,7 @@ def run_command(
     """Run one kernel on one shape: check it against the oracle (in a worker process,
     so a crash is reported) and time it."""
     out = Output(json_out)
-    if user_kernel:
+    if user_kernel is not None:
         native.load_user_kernel(user_kernel)
         name = f"user:{user_kernel}"
     else:

@@ -7,6 +7,7 @@ import typer
 from rich.table import Table
 
 from .. import cache_sizing as cs
+from ..errors import ProbeError
 from . import command
 from .output import Output
 
@@ -51,6 +52,8 @@ def sizing_command(
     full-context cache. The exact minimum is min(N, S + W + C - 1).
     """
     out = Output(json_out)
+    if seed < 0:
+        raise ProbeError(f"--seed must be >= 0, got {seed}")
     wl = cs.Workload(window=window, chunk=chunk, sink=sink, context=context).validate()
     shape = cs.KVShape(layers=layers, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype).validate()
     cs.resolve_policies(policy)  # unknown names fail before the simulation starts

@@ -101,12 +101,12 @@ def user_kernel(path: str, cflags: str | None = None) -> UserKernel:
     spec = native.user_kernel_spec(p)  # checks the file and its suffix
     flags = cflags if p.suffix == ".c" else None  # a prebuilt .so keeps its own flags
     res = build.build(spec, cflags=flags, cc=_compiler())
-    mod = build.load(res)
+    mod = native.load_user_module(res, p)
     if not hasattr(mod.lib, "sdpa_forward"):
         raise ProbeError(f"{p.name} has no sdpa_forward")
     info = native.KernelInfo(f"user:{p.name}", f"user kernel {p}",
                              ("f32", "f16", "bf16", "i8"), (), -1)
-    return UserKernel(p, native.Kernel(mod.ffi, mod.lib, info, user=True), res,
+    return UserKernel(p, native.Kernel(mod.ffi, mod.lib, info, user=True, build=res), res,
                       hashlib.sha256(p.read_bytes()).hexdigest()[:16], flags)
 
 

@@ -504,6 +504,30 @@ def growth(summaries: list[dict]) -> list[dict]:
     return [step] + rows
 
 
+_tried: set = set()
+
+
+def try_user_kernel(att: Attention, s: Settings) -> None:
+    """One call of the user kernel on this model's attention shape in a child process, so
+    that a kernel that crashes is a one-line error rather than the end of this process."""
+    from ..harness import trial_call
+
+    sh = s.shape
+    shape = {"kind": "decode", "n_heads": sh.heads, "n_kv_heads": sh.kv_heads,
+             "head_dim": sh.head_dim, "q_len": 1, "kv_len": max(s.contexts) + 1,
+             "causal": False, "dtype": s.cache}
+    key = (str(att.user.result.path), tuple(shape.values()), s.threads)
+    if key in _tried:
+        return
+    died = trial_call(att.user.result, shape, s.threads)
+    if died:
+        raise ProbeError(f"attention {att.label} ({att.user.name}) crashed in a trial call: "
+                         f"{died}; reproduce: probe run --kernel {att.user.path} --heads "
+                         f"{sh.heads} --kv-heads {sh.kv_heads} --head-dim {sh.head_dim} "
+                         f"--kv-len {shape['kv_len']} --dtype {s.cache}")
+    _tried.add(key)
+
+
 def profile(s: Settings, progress: Callable[[str], None] | None = None,
             live: Callable[[dict, list[dict]], None] | None = None,
             live_interval: float = 0.5) -> tuple[dict, list[Run]]:
@@ -517,6 +541,9 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
     pairs = check_pairs(atts, s.cache, s.kernel_path)
     every = list({a.label: a for a in atts + [x for p in pairs for x in p]}.values())
     plan = memory_plan(s, every)
+    for a in every:
+        if a.user is not None:
+            try_user_kernel(a, s)
     for cflags in dict.fromkeys(a.cflags for a in every if a.cflags is not None):
         note(f"native library with extra flags {cflags!r}: building (cached after the first "
              "time)")

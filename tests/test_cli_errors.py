@@ -1,0 +1,209 @@
+"""Bad input to any command: one line on stderr starting with "error:", exit code 2 (or
+the documented one), never a traceback, and nothing of the user's overwritten."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from sdpa_probe.cli import app
+
+runner = CliRunner()
+
+SHAPE = "decode-h4kv1d64-kv64-f32"
+CASE = "decode-h8gqa4-q1-kv129-d64-f32"  # of the smoke suite
+PROFILE = ["profile", "-m", "smollm2-135m", "--context", "16", "--steps", "1", "--warmup", "0",
+           "--no-roofline"]
+SEGFAULT = '#include "sdpa_probe.h"\nint sdpa_forward(const sdpa_args *a) {\n' \
+           '  (void)a; volatile int *p = 0; *p = 1; return 0;\n}\n'
+
+
+def _usage_error(argv, msg, **kw):
+    res = runner.invoke(app, argv, **kw)
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    assert msg in res.output, res.output
+    err = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert len(err) == 1 and msg in err[0], res.stderr
+    return res
+
+
+@pytest.fixture
+def segfault_kernel(tmp_path):
+    path = tmp_path / "segv.c"
+    path.write_text(SEGFAULT)
+    return path
+
+
+@pytest.fixture
+def no_entry_kernel(tmp_path):
+    path = tmp_path / "empty.c"
+    path.write_text("")
+    return path
+
+
+# ---- numbers ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("threads", ["100000", "-3"])
+def test_bench_threads_out_of_range(threads):
+    # 100000 had torch.set_num_threads(100000) kill the process at exit (SIGSEGV)
+    _usage_error(["bench", "--shape", SHAPE, "--threads", threads],
+                 f"--threads must be between 1 and 64 (0: all cores), got {threads}")
+
+
+def test_bench_min_time_inf():
+    _usage_error(["bench", "--shape", SHAPE, "--min-time", "inf"],
+                 "--min-time must be a finite number of seconds, got inf")
+
+
+@pytest.mark.parametrize("timeout", ["inf", "1e7"])
+def test_check_timeout_too_large(timeout):
+    _usage_error(["check", "--suite", "smoke", "-b", "flash", "--timeout", timeout],
+                 "--timeout must be at most 86400 s (a day)")
+
+
+@pytest.mark.parametrize("argv", [
+    ["check", "--suite", "smoke", "-b", "flash", "--seed", "-1"],  # had been exit 1 (error)
+    ["check", "--repro", CASE, "-b", "flash", "--seed", "-1"],     # had been a traceback
+    ["run", "--seed", "-1"],                                        # had been exit 1 (error)
+    ["sizing", "-w", "4", "-c", "2", "--seed", "-1"],               # had been a traceback
+])
+def test_negative_seed(argv):
+    _usage_error(argv, "--seed must be >= 0, got -1")
+
+
+def test_bench_shape_too_large_for_memory():
+    _usage_error(["bench", "--shape", "decode-h32kv8d64-kv999999999999-f32", "--vs", "",
+                  "--rounds", "1", "--min-time", "0"],
+                 "shape decode-h32kv8d64-kv999999999999-f32 does not fit in memory")
+
+
+# ---- lists --------------------------------------------------------------------------
+
+def test_check_dtype_list_tolerates_a_trailing_comma_and_refuses_an_empty_one():
+    # 'f32,' had been "unknown dtype ''"; the filter now runs (and -k matches nothing)
+    _usage_error(["check", "--suite", "smoke", "-b", "flash", "--dtype", "f32,", "-k", "nosuch"],
+                 "no case matches the filters")
+    _usage_error(["check", "--suite", "smoke", "-b", "flash", "--dtype", ","],
+                 "--dtype is empty; known: f32, f16, bf16, i8")
+
+
+@pytest.mark.parametrize("cases", ["", ",", " , "])
+def test_golden_regen_empty_cases(cases, tmp_path):
+    _usage_error(["golden", "regen", "--cases", cases, "--dir", str(tmp_path), "--dry-run"],
+                 "--cases is empty")
+
+
+# ---- output paths: checked before the work ------------------------------------------
+
+@pytest.mark.parametrize("argv,msg", [
+    (["bench", "--shape", SHAPE, "--json", "/nonexistent/dir/x.json"],
+     "cannot write --json /nonexistent/dir/x.json: no directory /nonexistent/dir"),
+    (["check", "--suite", "smoke", "-b", "flash", "--json", "/nonexistent/x.json"],
+     "cannot write --json /nonexistent/x.json: no directory /nonexistent"),
+    (["check", "--suite", "smoke", "-b", "flash", "--junit", "{tmp}"],
+     "cannot write --junit {tmp}: it is a directory"),
+    (PROFILE + ["--csv", "{tmp}"], "cannot write --csv {tmp}: it is a directory"),
+    (PROFILE + ["--trace", "{file}/x.json"], "{file} is not a directory"),
+    # the session would have been lost at its end
+    (PROFILE + ["-i", "--script", "--json", "/nonexistent/s.json"],
+     "cannot write --json /nonexistent/s.json"),
+])
+def test_output_path_is_checked_before_the_work(argv, msg, tmp_path):
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    fill = {"tmp": str(tmp_path), "file": str(f)}
+    _usage_error([a.format(**fill) for a in argv], msg.format(**fill), input="quit\n")
+
+
+def test_output_never_overwrites_the_kernel_file(tmp_path):
+    kernel = tmp_path / "k.c"
+    kernel.write_text(SEGFAULT)
+    for argv in (["bench", "--kernel", str(kernel), "--shape", SHAPE, "--json", str(kernel)],
+                 ["check", "--kernel", str(kernel), "--junit", str(kernel)],
+                 PROFILE + ["--kernel", str(kernel), "--csv", str(kernel)]):
+        _usage_error(argv, "it is an input of this command (a kernel file); refusing to "
+                           "overwrite it")
+    assert kernel.read_text() == SEGFAULT
+
+
+def test_check_save_into_a_file(tmp_path):
+    f = tmp_path / "a-file"
+    f.write_text("keep")
+    # had been a FileExistsError traceback from mkdir, after the run
+    _usage_error(["check", "--repro", CASE, "-b", "flash", "--save", str(f)],
+                 f"--save {f} is not a directory")
+    _usage_error(["check", "--repro", CASE, "-b", "flash", "--save", str(f / "sub")],
+                 f"cannot write the reproduction into {f / 'sub'}: Not a directory")
+    assert f.read_text() == "keep"
+
+
+# ---- compiler, flags, build cache -----------------------------------------------------
+
+@pytest.mark.parametrize("argv,env,msg", [
+    (["build", "--cflags", '"-O2'], None, "compiler flags '\"-O2': no closing quotation"),
+    (["build", "--cc", '"gcc'], None, "--cc '\"gcc': no closing quotation"),
+    (["build"], {"SDPA_PROBE_CFLAGS": "'-O2"},
+     "$SDPA_PROBE_CFLAGS \"'-O2\": no closing quotation"),
+    (PROFILE + ["--ab", 'fused@"-O1,decomposed'], None,
+     "compiler flags '\"-O1': no closing quotation"),
+])
+def test_unbalanced_quote_in_compiler_words(argv, env, msg):
+    _usage_error(argv, msg, env=env)
+
+
+def test_compiler_that_writes_nothing(tmp_path):
+    from conftest import EXAMPLE_KERNEL
+
+    # had been a FileNotFoundError traceback from os.replace
+    _usage_error(["build", "--kernel", str(EXAMPLE_KERNEL), "--cc", "/bin/true"],
+                 "/bin/true exited 0 but wrote no _sdpa_probe_user_")
+
+
+def test_build_cache_is_a_file(tmp_path):
+    f = tmp_path / "cache"
+    f.write_text("")
+    _usage_error(["build"], f"cannot use the build cache {f}: not a directory",
+                 env={"SDPA_PROBE_CACHE": str(f)})
+
+
+# ---- kernel files ----------------------------------------------------------------------
+
+def test_build_kernel_without_sdpa_forward(no_entry_kernel):
+    # had been exit 0: built, reported as built, unusable
+    _usage_error(["build", "--kernel", str(no_entry_kernel)],
+                 "empty.c does not define sdpa_forward")
+
+
+def test_profile_kernel_without_sdpa_forward(no_entry_kernel):
+    # had been the loader's "cannot load ...so: undefined symbol: sdpa_forward"
+    _usage_error(PROFILE + ["--kernel", str(no_entry_kernel)],
+                 "empty.c does not define sdpa_forward")
+
+
+@pytest.mark.parametrize("argv", [["run", "--kernel", ""], PROFILE + ["--kernel", ""]])
+def test_empty_kernel_option(argv):
+    # run had ignored it and run flash
+    _usage_error(argv, "--kernel is empty")
+
+
+def test_kernel_that_is_a_directory(tmp_path):
+    _usage_error(["run", "--kernel", str(tmp_path)], f"--kernel {tmp_path} is a directory")
+    _usage_error(["check", "--kernel", str(tmp_path)], f"--kernel {tmp_path} is a directory")
+
+
+def test_bench_survives_a_kernel_that_segfaults(segfault_kernel):
+    # the first (timing) call had taken the process down: exit 139, no message
+    res = runner.invoke(app, ["bench", "--kernel", str(segfault_kernel), "--shape", SHAPE,
+                              "--vs", "", "--rounds", "1", "--min-time", "0", "--json", "-"])
+    assert res.exit_code == 0 and "Traceback" not in res.output
+    doc = json.loads(res.stdout)
+    assert doc["results"] == []
+    assert any("user:segv.c crashed in a trial call (SIGSEGV): skipped" in n
+               for n in doc["notes"])
+
+
+def test_profile_refuses_a_kernel_that_segfaults(segfault_kernel):
+    _usage_error(PROFILE + ["--kernel", str(segfault_kernel)],
+                 "attention user (user:segv.c) crashed in a trial call: SIGSEGV; reproduce: "
+                 f"probe run --kernel {segfault_kernel} --heads 9 --kv-heads 3")
