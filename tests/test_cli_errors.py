@@ -207,3 +207,21 @@ def test_profile_refuses_a_kernel_that_segfaults(segfault_kernel):
     _usage_error(PROFILE + ["--kernel", str(segfault_kernel)],
                  "attention user (user:segv.c) crashed in a trial call: SIGSEGV; reproduce: "
                  f"probe run --kernel {segfault_kernel} --heads 9 --kv-heads 3")
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["bench", "--rounds", "0"], "Invalid value for '--rounds'"),
+    (["bench", "--nosuch"], "No such option: --nosuch"),
+    (["nosuch"], "No such command 'nosuch'"),
+    (["check", "extra-arg"], "unexpected extra argument"),
+])
+def test_framework_usage_errors_are_one_line(monkeypatch, capsys, argv, msg):
+    """The console script's own parse errors read as the commands' errors do: one line."""
+    from sdpa_probe.cli import main
+
+    monkeypatch.setattr("sys.argv", ["probe", *argv])
+    with pytest.raises(SystemExit) as exit_:
+        main()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert err.startswith("error: ") and msg in err and len(err.strip().splitlines()) == 1

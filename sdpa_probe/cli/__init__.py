@@ -62,4 +62,20 @@ _register()
 
 
 def main() -> None:
-    sys.exit(app())
+    """The console script: a usage error (a bad option value, an unknown option or
+    command) is one line on stderr and exit 2, as the commands' own errors are, not the
+    framework's boxed message."""
+    try:
+        rv = app(standalone_mode=False)
+    except Exception as exc:  # click's errors, duck-typed: typer vendors click privately
+        show, code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
+        if show is None or code is None:
+            raise
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group: its help, as asked
+            exc.show()
+            sys.exit(code)
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (try '{ctx.command_path} --help')" if ctx is not None else ""
+        typer.echo(f"error: {show()}{hint}", err=True)
+        sys.exit(code)
+    sys.exit(rv if isinstance(rv, int) else 0)
