@@ -229,7 +229,7 @@ def materialise(case: Case) -> CaseData:
                              case.head_dim, case.kv_len)
     q = rng.standard_normal((B, Lq, H, D)) * case.magnitude
     k = rng.standard_normal((B, Lkv, Hkv, D)) * case.magnitude
-    v = rng.standard_normal((B, Lkv, Hkv, D))
+    v = rng.standard_normal((B, Lkv, Hkv, D)) * case.v_magnitude
     if case.mask == "constant-token" and Lkv > 5:
         k[:, 3] = 0.75      # a constant token: zero quantization range
         v[:, 5] = -1.25

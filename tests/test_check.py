@@ -153,6 +153,11 @@ BUGS = {
     "int8-batch-params": (
         "int64_t qo = b * t->qstride[0] + s * t->qstride[1] + h * t->qstride[2];",
         "int64_t qo = s * t->qstride[1] + h * t->qstride[2];"),
+    # F16 subnormals flushed to zero: outputs below 6.1e-5, or V read so
+    "f16-flush-out": ("return (uint16_t)(sign | (uint32_t)nearbyintf(af * 16777216.0f));",
+                      "return (uint16_t)sign;"),
+    "f16-flush-in": ("float f = ldexpf((float)man, -24); /* zero or subnormal */",
+                     "float f = 0.0f * (float)man; /* zero or subnormal */"),
     # causal as an additive -inf over every slot's score: stale cache slots reach P.V
     "additive-causal": (
         "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
@@ -180,6 +185,10 @@ EXPECT = [
     ("mask-stride-is-kv", Case("bug", q_len=3, kv_len=20, mask="random"), "fail", "NaN in"),
     ("int8-batch-params", Case("bug", batch=2, kv_len=20, dtype="i8"), "fail", "error above"),
     ("v-with-k-strides", Case("bug", q_len=2, kv_len=20, layout="vdmajor"), "fail", "NaN in"),
+    ("f16-flush-out", Case("bug", kv_len=20, dtype="f16", v_magnitude=1e-5), "fail",
+     "error above tolerance"),
+    ("f16-flush-in", Case("bug", kv_len=20, dtype="f16", v_magnitude=1e-5), "fail",
+     "error above tolerance"),
 ]
 
 
