@@ -70,11 +70,12 @@ def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> d
     """Run one backend on one prepared case; returns its record."""
     from .backends import Unsupported, describe_failure
     from .errors import KernelError
-    from .inputs import out_buffer
+    from .inputs import InputGuard, out_buffer
     from .verdict import judge
 
     rec = base_record(backend.name, case)
     out = out_buffer(case)
+    guard = InputGuard(prep.data)
     t0 = time.perf_counter()
     try:
         backend.run(prep.data, out)
@@ -89,7 +90,7 @@ def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> d
                    seconds=time.perf_counter() - t0)
         return rec
     rec["seconds"] = time.perf_counter() - t0
-    v = judge(case, prep.ref, out, prep.torch_err)
+    v = judge(case, prep.ref, out, prep.torch_err, inputs_written=guard.written())
     rec.update(v.as_dict())
     if keep_output:
         rec["_out"] = out

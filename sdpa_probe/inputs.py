@@ -246,6 +246,55 @@ def materialise(case: Case) -> CaseData:
     return CaseData(case, t(q_real), t(k_real), t(v_real), mask, q_store, k_store, v_store)
 
 
+# ---- the inputs are read-only -------------------------------------------------------
+
+def _whole(a: np.ndarray) -> np.ndarray:
+    """The allocation a view lies in (its slack included): what a stray write can reach."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def input_buffers(data: CaseData) -> dict[str, np.ndarray]:
+    """Every buffer a kernel is given to read, whole, by what it is."""
+    bufs: dict[str, np.ndarray] = {}
+    for name, st in (("Q", data.q_store), ("K", data.k_store), ("V", data.v_store)):
+        if isinstance(st, QuantTensor):
+            bufs[name] = _whole(st.data)
+            bufs[f"{name} scales"] = _whole(st.scale)
+            if st.zero_point is not None:
+                bufs[f"{name} zero points"] = _whole(st.zero_point)
+        else:
+            bufs[name] = _whole(st)
+    if data.mask is not None:
+        bufs["mask"] = _whole(data.mask)
+    # (a view's allocation may hold another input: count each allocation once)
+    seen: set[int] = set()
+    return {n: a for n, a in bufs.items()
+            if not (id(a) in seen or seen.add(id(a)))}
+
+
+class InputGuard:
+    """A copy of the inputs before a call, to tell afterwards which ones it wrote: a
+    kernel that scales Q in place, dequantises into K or uses the mask as scratch can
+    still return the right output, while the caller's tensors (a KV cache the next
+    decode step reads) are corrupted."""
+
+    def __init__(self, data: CaseData):
+        self.bufs = input_buffers(data)
+        self.before = {n: a.copy() for n, a in self.bufs.items()}
+
+    def written(self) -> list[tuple[str, int]]:
+        """(input, elements changed) for each input the call wrote, bitwise (NaN included)."""
+        out = []
+        for name, a in self.bufs.items():
+            bits = np.dtype(f"u{a.dtype.itemsize}")
+            n = int((a.reshape(-1).view(bits) != self.before[name].reshape(-1).view(bits)).sum())
+            if n:
+                out.append((name, n))
+        return out
+
+
 # ---- the output buffer ------------------------------------------------------------
 
 GUARD_ELEMS = 64

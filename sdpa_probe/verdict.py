@@ -47,7 +47,8 @@ def error_figures(out: np.ndarray, ref: np.ndarray) -> dict:
             "max_rel_err": float(rel.max()) if rel.size else 0.0, "nmse": nmse, "worst": worst}
 
 
-def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None = None) -> Verdict:
+def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None = None,
+          inputs_written: list[tuple[str, int]] | None = None) -> Verdict:
     vals = out.values()
     figs = error_figures(vals, ref)
     atol, rtol = tolerance(case)
@@ -73,7 +74,7 @@ def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None =
                 msg += f" ({int(zero_rows.sum())} of them fully masked rows: reference is zeros)"
         return Verdict("fail", f"{msg}; first at {_where(first)}", **common)
 
-    # 2. poison left in the output, or guard bytes changed around it
+    # 2. poison left in the output, guard bytes changed around it, inputs written
     n_poison, at = out.poison_count()
     if n_poison:
         return Verdict("fail", f"{n_poison} output elements never written (poison left), "
@@ -82,6 +83,12 @@ def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None =
     if n_guard:
         return Verdict("fail", f"out-of-bounds write: {n_guard} guard elements around the output "
                                f"changed (first at arena element {off})", **common)
+    if inputs_written:  # (the output may still be right: the caller's tensors are not)
+        what = ", ".join(f"{name} ({n} elements)" for name, n in inputs_written)
+        cache = any(name[0] in "KV" for name, _ in inputs_written)
+        return Verdict("fail", f"wrote into its inputs, which are read-only: {what} changed"
+                       + ("; a KV cache written so is wrong for the next decode step"
+                          if cache else ""), **common)
 
     # 3. error against tolerance
     err = np.abs(vals - ref)

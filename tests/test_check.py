@@ -158,6 +158,9 @@ BUGS = {
                       "return (uint16_t)sign;"),
     "f16-flush-in": ("float f = ldexpf((float)man, -24); /* zero or subnormal */",
                      "float f = 0.0f * (float)man; /* zero or subnormal */"),
+    # Q pre-scaled in place (one multiply fewer a score; the loop is added by the
+    # fixture): the output is right, the caller's Q is not
+    "q-scaled-in-place": ("s *= scale;", "if (a->q.dtype != SDPA_F32) s *= scale;"),
     # causal as an additive -inf over every slot's score: stale cache slots reach P.V
     "additive-causal": (
         "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
@@ -185,6 +188,7 @@ EXPECT = [
     ("mask-stride-is-kv", Case("bug", q_len=3, kv_len=20, mask="random"), "fail", "NaN in"),
     ("int8-batch-params", Case("bug", batch=2, kv_len=20, dtype="i8"), "fail", "error above"),
     ("v-with-k-strides", Case("bug", q_len=2, kv_len=20, layout="vdmajor"), "fail", "NaN in"),
+    ("q-scaled-in-place", Case("bug", kv_len=20), "fail", "wrote into its inputs"),
     ("f16-flush-out", Case("bug", kv_len=20, dtype="f16", v_magnitude=1e-5), "fail",
      "error above tolerance"),
     ("f16-flush-in", Case("bug", kv_len=20, dtype="f16", v_magnitude=1e-5), "fail",
@@ -200,6 +204,14 @@ def variants(tmp_path_factory):
         assert SRC.count(old) == 1, name
         p = d / f"{name}.c"
         src = SRC.replace(old, new)
+        if name == "q-scaled-in-place":
+            add = "float *acc = malloc((size_t)D * sizeof(float));"
+            src = src.replace(add, add + "\n  if (a->q.dtype == SDPA_F32)"
+                              " for (int64_t b = 0; b < a->batch; b++)"
+                              " for (int64_t i = 0; i < a->q_len; i++)"
+                              " for (int64_t h = 0; h < a->n_heads; h++)"
+                              " for (int64_t d = 0; d < D; d++)"
+                              " store(&a->q, b, i, h, d, load(&a->q, b, i, h, d) * scale);")
         if name == "additive-causal":  # hidden slots' scores get -inf instead of being skipped
             add = "if (a->mask) s += a->mask[i * a->mask_row_stride + j];"
             src = src.replace(add, add + "\n          if (j >= lim_) s += -INFINITY;")
@@ -222,6 +234,16 @@ def test_broken_kernel_is_caught(variants, bug, case, status, reason):
     rec = run_one(backend, case, prepare_case(case))
     assert rec["status"] == status, rec
     assert reason in rec["reason"], rec["reason"]
+
+
+def test_a_kernel_that_writes_its_input_is_caught_though_its_output_is_right(variants):
+    """Q scaled in place: every output element within tolerance, the verdict still fails
+    (the input check is what catches it, not the error)."""
+    backend = NativeBackend("q-scaled-in-place", load_user_kernel(variants["q-scaled-in-place"]))
+    case = Case("bug", kv_len=20)
+    rec = run_one(backend, case, prepare_case(case))
+    assert rec["status"] == "fail" and "Q (" in rec["reason"], rec["reason"]
+    assert rec["max_abs_err"] <= rec["atol"], rec  # the output itself is right
 
 
 def test_f16_accumulation_bug_spares_f32():
