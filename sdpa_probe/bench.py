@@ -718,6 +718,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
     if threads is None or threads <= 0:
         threads = int(lib.sdpa_probe_default_threads())
     notes: list[str] = []
+    crashed: list[str] = []  # "shape: kernel" whose trial call died (the command exits 1)
     peers = list(peers)
     if "executorch" in peers:
         from .backends import executorch_library
@@ -760,6 +761,8 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                 why = _first_call(party)
                 if why:
                     notes.append(f"{shape.name}: {k.name} {why}: skipped")
+                    if why.startswith("crashed"):
+                        crashed.append(f"{shape.name}: {k.name}")
                 else:
                     parties.append(party)
             ks = [k for k in ks if any(p.name == k.name for p in parties)]
@@ -798,6 +801,8 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                         why = _first_call(party)
                         if why:
                             peer_skips[p] = why
+                            if why.startswith("crashed"):
+                                crashed.append(f"{shape.name}: {k.name}")
                         else:
                             parties.append(party)
                 elif p == "torch":
@@ -876,6 +881,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         "peers": peers,
         "load": load,
         "notes": notes,
+        "crashed": crashed,
         "results": results,
     }
 

@@ -196,9 +196,9 @@ def test_bench_survives_a_kernel_that_segfaults(segfault_kernel):
     # the first (timing) call had taken the process down: exit 139, no message
     res = runner.invoke(app, ["bench", "--kernel", str(segfault_kernel), "--shape", SHAPE,
                               "--vs", "", "--rounds", "1", "--min-time", "0", "--json", "-"])
-    assert res.exit_code == 0 and "Traceback" not in res.output
+    assert res.exit_code == 1 and "Traceback" not in res.output  # reported, and not a pass
     doc = json.loads(res.stdout)
-    assert doc["results"] == []
+    assert doc["results"] == [] and doc["crashed"] == [f"{SHAPE}: user:segv.c"]
     assert any("user:segv.c crashed in a trial call (SIGSEGV): skipped" in n
                for n in doc["notes"])
 

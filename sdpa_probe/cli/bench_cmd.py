@@ -140,3 +140,8 @@ def bench_command(
                       "F16 / BF16 / int8 K and V elements / the measured conversion rate) "
                       "over the median (probe info). Bytes: q, k, v read once, out written "
                       f"once. Yellow: noisy (IQR over {bench.NOISY_IQR:.0%} of the median).[/]")
+    if doc["crashed"]:  # the figures that were taken stand; the run as a whole did not pass
+        typer.echo(f"error: {len(doc['crashed'])} (shape, kernel) crashed in a trial call: "
+                   f"{', '.join(doc['crashed'][:3])}{' ...' if len(doc['crashed']) > 3 else ''}; "
+                   "probe check --kernel FILE tells why", err=True)
+        raise typer.Exit(1)
