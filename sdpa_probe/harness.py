@@ -185,6 +185,9 @@ class _Slot:
     deadline: float = 0.0
 
 
+MALLOC_PERTURB = 0x80  # glibc fills a malloc'd block with this ^ 0xFF, freed ones with it
+
+
 class WorkerPool:
     """Runs jobs on N worker processes with crash and timeout isolation."""
 
@@ -205,7 +208,21 @@ class WorkerPool:
         log = os.path.join(self.logdir.name, f"worker{self.n_spawned}.log")
         proc = self.ctx.Process(target=_worker_main, args=(child, {**self.setup, "log": log}),
                                 daemon=True)
-        proc.start()
+        # glibc fills every block the worker mallocs with 0x7F bytes (3.4e38 as F32, NaN
+        # as F16): a kernel that reads scratch it never wrote gets garbage every time,
+        # not what the heap held (often zeros: a pass by luck). Without the per-thread
+        # cache, which hands blocks back unfilled.
+        saved = os.environ.get("GLIBC_TUNABLES")
+        os.environ["GLIBC_TUNABLES"] = ":".join(
+            t for t in (saved, f"glibc.malloc.perturb={MALLOC_PERTURB}",
+                        "glibc.malloc.tcache_count=0") if t)
+        try:
+            proc.start()
+        finally:
+            if saved is None:
+                os.environ.pop("GLIBC_TUNABLES", None)
+            else:
+                os.environ["GLIBC_TUNABLES"] = saved
         child.close()
         return _Slot(proc, parent, log, deadline=time.monotonic() + self.startup_timeout)
 

@@ -403,3 +403,19 @@ def test_executorch_nan_on_fully_masked_rows_is_reported():
     assert masked["status"] == "fail" and "fully masked rows" in masked["reason"]
     assert plain["status"] == "pass", plain
     assert over["status"] == "crash" and "SIGABRT" in over["reason"]
+
+
+def test_workers_fill_what_a_kernel_mallocs(tmp_path):
+    """A kernel that reads scratch it never wrote sees 0x7F bytes in `probe check`'s
+    workers (glibc's MALLOC_PERTURB_), not the zeros a fresh heap often holds."""
+    k = tmp_path / "uninit.c"
+    k.write_text(SRC.replace(
+        "for (int64_t d = 0; d < D; d++) store(&a->out, b, i, h, d, acc[d]);",
+        "float *junk = malloc(64);\n"
+        "        for (int64_t d = 0; d < D; d++) store(&a->out, b, i, h, d, acc[d] + junk[1]);\n"
+        "        free(junk);"))
+    res = runner.invoke(app, ["check", "--kernel", str(k), "-k", "gqa-h8gqa4-q1-kv129-d64-f32",
+                              "--json", "-"])
+    assert res.exit_code == 1, res.output
+    rec = json.loads(res.stdout)["records"][0]
+    assert rec["status"] == "fail" and "out 3.39615e+38" in rec["reason"], rec["reason"]
