@@ -9,7 +9,7 @@ import math
 
 DTYPES = ("f32", "f16", "bf16", "i8")
 ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1}
-LAYOUTS = ("bshd", "bhsd", "padded", "dmajor", "vdmajor", "qfused")
+LAYOUTS = ("bshd", "bhsd", "padded", "dmajor", "vdmajor", "qfused", "offset")
 
 # Block sizes of the built-in kernels (flash_core.h); kv lengths and query
 # lengths at block -1, +0, +1 catch partial-block bugs. Decode sizes its key
@@ -48,6 +48,7 @@ class Case:
     #                           | dmajor ([B, H, D, S] storage: head_dim not innermost)
     #                           | vdmajor (only V so, as llama.cpp's transposed V cache)
     #                           | qfused (Q a view of a fused QKV output; out plain)
+    #                           | offset (every base one element past 64-byte alignment)
     scale: float = 0.0        # <= 0: 1/sqrt(head_dim)
     magnitude: float = 1.0    # q and k are multiplied by this (large logits / tiny values)
     v_magnitude: float = 1.0  # v is multiplied by this (F16 values and outputs below its
@@ -265,7 +266,7 @@ def _default() -> list[Case]:
     cs.append(Case("dtype", q_len=2, kv_len=70, dtype="i8", mask="constant-token",
                    n_heads=4, n_kv_heads=2))
     # layouts through strides, with NaN in every byte a kernel must not read
-    for lay in ("bhsd", "padded", "dmajor"):
+    for lay in ("bhsd", "padded", "dmajor", "offset"):
         cs.append(Case("layout", q_len=3, kv_len=KV_BLOCK + 3, layout=lay,
                        n_heads=4, n_kv_heads=2))
         cs.append(Case("layout", q_len=1, kv_len=200, layout=lay, dtype="f16"))
@@ -273,6 +274,9 @@ def _default() -> list[Case]:
                        n_heads=4, n_kv_heads=2))
     cs.append(Case("layout", batch=2, q_len=5, kv_len=75, layout="padded", causal=True,
                    start_pos=70, mask="random", n_heads=4, n_kv_heads=2))
+    # (the mask too one element past a 64-byte boundary)
+    cs.append(Case("layout", q_len=5, kv_len=75, layout="offset", causal=True, start_pos=70,
+                   mask="random", n_heads=4, n_kv_heads=2))
     # tensors of one call in different layouts (K's strides are not V's, Q's not out's)
     cs.append(Case("layout", q_len=3, kv_len=KV_BLOCK + 3, layout="vdmajor",
                    n_heads=4, n_kv_heads=2, causal=True, start_pos=KV_BLOCK))

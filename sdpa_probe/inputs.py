@@ -144,10 +144,30 @@ def tensor_layouts(layout: str) -> tuple[str, str, str]:
     return layout, layout, layout
 
 
+ALIGN = 64  # the widest vector a kernel may load (AVX-512)
+
+
+def misaligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """np.empty whose first element sits one element past a 64-byte boundary: a kernel
+    that assumes aligned rows (movaps, _mm512_load_ps, __builtin_assume_aligned) faults
+    or reads the wrong bytes here, where a whole allocation's base, 16- or 64-aligned,
+    hides it. Real tensors are views at any offset: a cache slice from a start position,
+    one head of a fused projection."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape)) * dt.itemsize
+    raw = np.zeros(n + 2 * ALIGN, dtype=np.uint8)
+    start = (-raw.ctypes.data) % ALIGN + dt.itemsize
+    return raw[start:start + n].view(dt).reshape(shape)
+
+
 def _place(values: np.ndarray, layout: str, slack: int) -> np.ndarray:
     """Copy [B, S, H, D] values into an arena laid out per `layout`, return the view."""
     B, S, H, D = values.shape
-    if layout == "bhsd":
+    if layout == "offset":  # bshd, its base one element past a 64-byte boundary
+        arena = misaligned_empty((B, S + slack, H, D), values.dtype)
+        _nan_fill(arena)
+        view = arena[:, :S]
+    elif layout == "bhsd":
         arena = np.empty((B, H, S + slack, D), dtype=values.dtype)
         _nan_fill(arena)
         view = arena[:, :, :S, :].transpose(0, 2, 1, 3)
@@ -187,21 +207,24 @@ def _store(x64: np.ndarray, dtype: str, layout: str, slack: int):
     real = (q.astype(np.float64) - zp[..., None].astype(np.float64)) * scale[..., None]
     qv = _place(q, layout, slack)
     # scale / zero point with the same slack; NaN scales past kv_len poison over-reads
-    sc = _place(scale[..., None], "bshd", slack)[..., 0]
-    zpv = _place(zp[..., None], "bshd", slack)[..., 0]
+    ql = "offset" if layout == "offset" else "bshd"
+    sc = _place(scale[..., None], ql, slack)[..., 0]
+    zpv = _place(zp[..., None], ql, slack)[..., 0]
     return real, QuantTensor(qv, sc, zpv)
 
 
 MASK_PAD = 5  # NaN floats after each mask row: the row stride is not kv_len
 
 
-def _padded_rows(mask: np.ndarray | None) -> np.ndarray | None:
+def _padded_rows(mask: np.ndarray | None, misaligned: bool = False) -> np.ndarray | None:
     """The mask as a view into wider rows, as a slice of a model's precomputed
     [max_seq, max_seq] mask is: a kernel that takes kv_len for the row stride
     reads the NaN padding or the wrong row."""
     if mask is None:
         return None
-    arena = np.full((mask.shape[0], mask.shape[1] + MASK_PAD), np.nan, dtype=np.float32)
+    shape = (mask.shape[0], mask.shape[1] + MASK_PAD)
+    arena = misaligned_empty(shape, np.float32) if misaligned else np.empty(shape, np.float32)
+    arena.fill(np.nan)
     view = arena[:, :mask.shape[1]]
     view[...] = mask
     return view
@@ -234,7 +257,7 @@ def materialise(case: Case) -> CaseData:
         k[:, 3] = 0.75      # a constant token: zero quantization range
         v[:, 5] = -1.25
         v[:, 4] = 0.0
-    mask = _padded_rows(make_mask(case, rng))
+    mask = _padded_rows(make_mask(case, rng), misaligned=case.layout == "offset")
     lq, lk, lv = tensor_layouts(case.layout)
     q_real, q_store = _store(q, case.dtype, lq, 0)
     k_real, k_store = _store(k, case.dtype, lk, KV_SLACK)
@@ -337,7 +360,11 @@ def out_buffer(case: Case) -> OutBuffer:
     layout = tensor_layouts(case.layout)[0]
     if layout == "qfused":
         layout = "bshd"
-    if layout == "padded":
+    if layout == "offset":  # (the guard is a multiple of 64 bytes: the body stays misaligned)
+        n = B * Lq * H * D
+        flat = misaligned_empty((n + 2 * g,), dt)
+        view = flat[g:g + n].reshape(B, Lq, H, D)
+    elif layout == "padded":
         shape = (B, Lq, H + 1, D + HEAD_PAD)
         n = int(np.prod(shape))
         flat = np.empty(n + 2 * g, dtype=dt)

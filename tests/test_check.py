@@ -419,3 +419,22 @@ def test_workers_fill_what_a_kernel_mallocs(tmp_path):
     assert res.exit_code == 1, res.output
     rec = json.loads(res.stdout)["records"][0]
     assert rec["status"] == "fail" and "out 3.39615e+38" in rec["reason"], rec["reason"]
+
+
+def test_a_kernel_that_assumes_aligned_rows_crashes_on_the_offset_layout(tmp_path):
+    """One 16-byte vector load of Q (movaps): every allocation's base is at least 16-byte
+    aligned, so the kernel passed every case until the `offset` layout put Q one
+    element past a 64-byte boundary, as a view into a cache or a fused projection is."""
+    k = tmp_path / "aligned.c"
+    k.write_text(SRC.replace(
+        "int st = sdpa_validate_args(a);",
+        "int st = sdpa_validate_args(a);\n"
+        "  typedef float v4_ __attribute__((vector_size(16)));\n"
+        "  if (st == SDPA_OK && a->q.dtype == SDPA_F32 && a->q_len > 0) {\n"
+        "    volatile v4_ x_ = *(const v4_ *)a->q.data; (void)x_; }"))
+    res = runner.invoke(app, ["check", "--kernel", str(k), "-k", "d64-f32", "--json", "-"])
+    assert res.exit_code == 1, res.output
+    recs = {r["case"]: r for r in json.loads(res.stdout)["records"]}
+    crashed = {c for c, r in recs.items() if r["status"] == "crash"}
+    assert crashed and all(c.endswith("offset") or "-offset" in c for c in crashed), crashed
+    assert all(recs[c]["status"] == "pass" for c in recs if c not in crashed)
