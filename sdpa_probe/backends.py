@@ -169,7 +169,8 @@ class ExecutorchBackend:
         def parts(st: native.QuantTensor):
             q = torch.from_numpy(np.ascontiguousarray(st.data))
             s = torch.from_numpy(np.ascontiguousarray(st.scale))[..., None]
-            z = torch.from_numpy(np.ascontiguousarray(st.zero_point))[..., None]
+            z = (torch.zeros_like(s, dtype=torch.int8) if st.zero_point is None  # symmetric
+                 else torch.from_numpy(np.ascontiguousarray(st.zero_point))[..., None])
             return q, z, s
 
         (q, qz, qs), (k, kz, ks), (v, vz, vs) = (parts(x) for x in

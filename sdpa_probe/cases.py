@@ -53,6 +53,7 @@ class Case:
     magnitude: float = 1.0    # q and k are multiplied by this (large logits / tiny values)
     v_magnitude: float = 1.0  # v is multiplied by this (F16 values and outputs below its
     #                           smallest normal: subnormals a flushing conversion zeroes)
+    quant: str = "asym"       # i8: asym (a zero point per token) | sym (zero_point NULL)
     n_threads: int = 1
     seed: int = 0
 
@@ -61,6 +62,8 @@ class Case:
             raise ValueError(f"unknown dtype {self.dtype}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"unknown layout {self.layout}")
+        if self.quant not in ("asym", "sym") or (self.quant == "sym" and self.dtype != "i8"):
+            raise ValueError(f"quant {self.quant!r}: asym, or sym with dtype i8")
         if self.n_heads % self.n_kv_heads:
             raise ValueError("n_heads must be a multiple of n_kv_heads")
 
@@ -88,6 +91,8 @@ class Case:
             parts.append(f"x{self.magnitude:g}")
         if self.v_magnitude != 1.0:
             parts.append(f"v{self.v_magnitude:g}")
+        if self.quant != "asym":
+            parts.append(self.quant)
         if self.n_threads != 1:
             parts.append(f"t{self.n_threads}")
         if self.seed:
@@ -265,6 +270,10 @@ def _default() -> list[Case]:
                    start_pos=67, n_heads=4, n_kv_heads=2))
     cs.append(Case("dtype", q_len=2, kv_len=70, dtype="i8", mask="constant-token",
                    n_heads=4, n_kv_heads=2))
+    # symmetric int8 (no zero-point array: the ABI's NULL), decode and a causal prefill
+    cs.append(Case("dtype", q_len=1, kv_len=KV_BLOCK + 1, dtype="i8", quant="sym"))
+    cs.append(Case("dtype", q_len=9, kv_len=100, dtype="i8", causal=True, start_pos=91,
+                   n_heads=4, n_kv_heads=2, quant="sym"))
     # layouts through strides, with NaN in every byte a kernel must not read
     for lay in ("bhsd", "padded", "dmajor", "offset"):
         cs.append(Case("layout", q_len=3, kv_len=KV_BLOCK + 3, layout=lay,

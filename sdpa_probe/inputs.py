@@ -114,6 +114,14 @@ def make_mask(case: Case, rng: np.random.Generator) -> np.ndarray | None:
 
 # ---- storage ---------------------------------------------------------------------
 
+def quantize_symmetric(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 per (b, s, h) over the last dim: real = q * scale, no zero point."""
+    amax = np.abs(x).max(axis=-1)
+    scale = np.where(amax > 0, amax / 127.0, 1.0)
+    q = np.clip(np.round(x / scale[..., None]), -127, 127)
+    return q.astype(np.int8), scale.astype(np.float32)
+
+
 def quantize_per_token(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Asymmetric int8 per (b, s, h) over the last dim: real = (q - zp) * scale."""
     lo = x.min(axis=-1)
@@ -191,7 +199,7 @@ def _place(values: np.ndarray, layout: str, slack: int) -> np.ndarray:
     return view
 
 
-def _store(x64: np.ndarray, dtype: str, layout: str, slack: int):
+def _store(x64: np.ndarray, dtype: str, layout: str, slack: int, symmetric: bool = False):
     """x64 [B, S, H, D] -> (stored real values as float64, storage object)."""
     if dtype == "f32":
         s = x64.astype(np.float32)
@@ -203,11 +211,16 @@ def _store(x64: np.ndarray, dtype: str, layout: str, slack: int):
         t = torch.from_numpy(x64).to(torch.bfloat16)
         bits = t.view(torch.int16).numpy().view(np.uint16)
         return t.to(torch.float64).numpy(), _place(bits, layout, slack)
+    ql = "offset" if layout == "offset" else "bshd"
+    if symmetric:  # no zero-point array at all: the ABI's NULL
+        q, scale = quantize_symmetric(x64)
+        real = q.astype(np.float64) * scale[..., None]
+        return real, QuantTensor(_place(q, layout, slack),
+                                 _place(scale[..., None], ql, slack)[..., 0], None)
     q, scale, zp = quantize_per_token(x64)
     real = (q.astype(np.float64) - zp[..., None].astype(np.float64)) * scale[..., None]
     qv = _place(q, layout, slack)
     # scale / zero point with the same slack; NaN scales past kv_len poison over-reads
-    ql = "offset" if layout == "offset" else "bshd"
     sc = _place(scale[..., None], ql, slack)[..., 0]
     zpv = _place(zp[..., None], ql, slack)[..., 0]
     return real, QuantTensor(qv, sc, zpv)
@@ -259,9 +272,10 @@ def materialise(case: Case) -> CaseData:
         v[:, 4] = 0.0
     mask = _padded_rows(make_mask(case, rng), misaligned=case.layout == "offset")
     lq, lk, lv = tensor_layouts(case.layout)
-    q_real, q_store = _store(q, case.dtype, lq, 0)
-    k_real, k_store = _store(k, case.dtype, lk, KV_SLACK)
-    v_real, v_store = _store(v, case.dtype, lv, KV_SLACK)
+    sym = case.quant == "sym"
+    q_real, q_store = _store(q, case.dtype, lq, 0, sym)
+    k_real, k_store = _store(k, case.dtype, lk, KV_SLACK, sym)
+    v_real, v_store = _store(v, case.dtype, lv, KV_SLACK, sym)
     if case.causal:  # cache slots no row can see: stale or never written in a real cache
         _poison_future_slots(k_store, case.start_pos + Lq)
         _poison_future_slots(v_store, case.start_pos + Lq)

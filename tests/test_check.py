@@ -438,3 +438,17 @@ def test_a_kernel_that_assumes_aligned_rows_crashes_on_the_offset_layout(tmp_pat
     crashed = {c for c, r in recs.items() if r["status"] == "crash"}
     assert crashed and all(c.endswith("offset") or "-offset" in c for c in crashed), crashed
     assert all(recs[c]["status"] == "pass" for c in recs if c not in crashed)
+
+
+def test_a_kernel_that_assumes_a_zero_point_array_crashes_on_symmetric_int8(tmp_path):
+    """The ABI lets zero_point be NULL (symmetric int8); a kernel that reads it
+    unconditionally passed every asymmetric case and dies on the two symmetric ones."""
+    k = tmp_path / "zp.c"
+    k.write_text(SRC.replace("int zp = t->zero_point ? t->zero_point[qo] : 0;",
+                             "int zp = t->zero_point[qo];"))
+    res = runner.invoke(app, ["check", "--kernel", str(k), "--dtype", "i8", "--json", "-"])
+    assert res.exit_code == 1, res.output
+    recs = json.loads(res.stdout)["records"]
+    crashed = {r["case"] for r in recs if r["status"] == "crash"}
+    assert crashed == {r["case"] for r in recs if r["case"].endswith("-sym")} != set()
+    assert all(r["status"] == "pass" for r in recs if r["case"] not in crashed)
