@@ -561,7 +561,7 @@ def policy_size(policy: Policy, wl: Workload, sim: Simulator | None = None) -> i
 
 # ---- memory ------------------------------------------------------------------
 
-KV_DTYPES = {"f32": 4, "f16": 2, "bf16": 2, "int8": 1}
+KV_DTYPES = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1, "int8": 1}  # (i8 as everywhere else)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -578,14 +578,16 @@ class KVShape:
         if self.layers < 1 or self.kv_heads < 1 or self.head_dim < 1:
             raise ProbeError("--layers, --kv-heads and --head-dim must be >= 1")
         if self.dtype not in KV_DTYPES:
-            raise ProbeError(f"--dtype must be one of {', '.join(KV_DTYPES)}, got {self.dtype!r}")
+            raise ProbeError(f"--dtype must be one of f32, f16, bf16, i8 (or int8), "
+                             f"got {self.dtype!r}")
         return self
 
     @property
     def bytes_per_slot(self) -> int:
         """K and V of one position in every layer (int8: plus a float32 scale and an int8
         zero point per token and head)."""
-        per_head = self.head_dim * KV_DTYPES[self.dtype] + (5 if self.dtype == "int8" else 0)
+        int8 = self.dtype in ("i8", "int8")
+        per_head = self.head_dim * KV_DTYPES[self.dtype] + (5 if int8 else 0)
         return 2 * self.layers * self.kv_heads * per_head
 
     def describe(self) -> str:

@@ -262,3 +262,10 @@ def test_run_suite_cache_part(monkeypatch):
     for c in cases:
         assert {"case", "status", "reason", "max_abs_err", "seconds"} <= set(c)
         assert c["status"] == "pass", c
+
+
+def test_int8_cache_is_i8_as_in_the_other_commands():
+    """`i8` is the int8 dtype's name everywhere else; sizing takes it (and still int8)."""
+    a = cs.KVShape(layers=2, kv_heads=2, head_dim=8, dtype="i8").validate()
+    b = cs.KVShape(layers=2, kv_heads=2, head_dim=8, dtype="int8").validate()
+    assert a.bytes_per_slot == b.bytes_per_slot == 2 * 2 * 2 * (8 + 5)

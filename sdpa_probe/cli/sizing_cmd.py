@@ -36,7 +36,7 @@ def sizing_command(
     layers: int = typer.Option(16, "--layers", help="Model layers (memory figures)."),
     kv_heads: int = typer.Option(8, "--kv-heads", help="KV heads per layer (memory figures)."),
     head_dim: int = typer.Option(64, "--head-dim", help="Head dimension (memory figures)."),
-    dtype: str = typer.Option("f16", "--dtype", help="Cache storage: f32, f16, bf16, int8."),
+    dtype: str = typer.Option("f16", "--dtype", help="Cache storage: f32, f16, bf16, i8."),
     seed: int = typer.Option(0, "--seed", help="Seed of the simulated q/k/v."),
     all_lengths: bool = typer.Option(False, "--all-lengths", help="Every chunk length and "
                                      "offset even when the chunk is over "
