@@ -225,3 +225,9 @@ def test_framework_usage_errors_are_one_line(monkeypatch, capsys, argv, msg):
     err = capsys.readouterr().err
     assert exit_.value.code == 2
     assert err.startswith("error: ") and msg in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_kernels_that_take_none_of_the_shapes_is_a_usage_error():
+    """It had printed an empty table and exited 0."""
+    _usage_error(["bench", "--kernel", "quant_int8", "--shape", SHAPE, "--rounds", "1"],
+                 "no shape asked for (f32) is one the kernels take: quant_int8 takes i8")

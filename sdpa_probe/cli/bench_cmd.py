@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import typer
@@ -119,6 +120,17 @@ def bench_command(
         if d not in bench.DTYPES:
             raise ProbeError(f"unknown dtype {d!r}; known: {', '.join(bench.DTYPES)}")
     shapes = bench.select_shapes(shape, dtypes)
+    names = _split(kernel)
+    if names and not any(bench.is_kernel_file(n) for n in names):
+        # registered kernels say which dtypes they take: a run that could time nothing is
+        # a usage error, not an empty table (a kernel file answers by its status instead)
+        ks = bench.resolve_kernels(names)
+        if not any(bench.kernels_for(s, ks) for s in shapes):
+            takes = "; ".join(
+                f"{k.name} takes " + ", ".join(d for d in bench.DTYPES if bench.takes(
+                    k, dataclasses.replace(shapes[0], dtype=d))) for k in ks)
+            asked = ", ".join(sorted({s.dtype for s in shapes}))
+            raise ProbeError(f"no shape asked for ({asked}) is one the kernels take: {takes}")
     out.warn_if_portable()
     doc = bench.run(shapes, kernels=_split(kernel) or None, peers=_split(vs), threads=threads,
                     cold=cold, rounds=rounds, min_time=min_time, progress=out.note)
