@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from .cases import KV_BLOCK, Q_BLOCK, Case
-from .native import QuantTensor
+from .native import QuantTensor, _root_array
 
 KV_SLACK = 16      # cache slots past kv_len, NaN
 HEAD_PAD = 8       # padded layout: elements between heads, NaN
@@ -171,11 +171,7 @@ def misaligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
 def _place(values: np.ndarray, layout: str, slack: int) -> np.ndarray:
     """Copy [B, S, H, D] values into an arena laid out per `layout`, return the view."""
     B, S, H, D = values.shape
-    if layout == "offset":  # bshd, its base one element past a 64-byte boundary
-        arena = misaligned_empty((B, S + slack, H, D), values.dtype)
-        _nan_fill(arena)
-        view = arena[:, :S]
-    elif layout == "bhsd":
+    if layout == "bhsd":
         arena = np.empty((B, H, S + slack, D), dtype=values.dtype)
         _nan_fill(arena)
         view = arena[:, :, :S, :].transpose(0, 2, 1, 3)
@@ -191,8 +187,9 @@ def _place(values: np.ndarray, layout: str, slack: int) -> np.ndarray:
         arena = np.empty((B, S + slack, H + 1, D + HEAD_PAD), dtype=values.dtype)
         _nan_fill(arena)
         view = arena[:, :S, :H, :D]
-    else:
-        arena = np.empty((B, S + slack, H, D), dtype=values.dtype)
+    else:  # bshd; offset: its base one element past a 64-byte boundary
+        alloc = misaligned_empty if layout == "offset" else np.empty
+        arena = alloc((B, S + slack, H, D), values.dtype)
         _nan_fill(arena)
         view = arena[:, :S]
     view[...] = values
@@ -285,30 +282,25 @@ def materialise(case: Case) -> CaseData:
 
 # ---- the inputs are read-only -------------------------------------------------------
 
-def _whole(a: np.ndarray) -> np.ndarray:
-    """The allocation a view lies in (its slack included): what a stray write can reach."""
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a
-
-
 def input_buffers(data: CaseData) -> dict[str, np.ndarray]:
-    """Every buffer a kernel is given to read, whole, by what it is."""
+    """Every buffer a kernel is given to read, whole (the allocation a view lies in,
+    slack included: what a stray write can reach), by what it is."""
     bufs: dict[str, np.ndarray] = {}
     for name, st in (("Q", data.q_store), ("K", data.k_store), ("V", data.v_store)):
         if isinstance(st, QuantTensor):
-            bufs[name] = _whole(st.data)
-            bufs[f"{name} scales"] = _whole(st.scale)
+            bufs[name] = _root_array(st.data)
+            bufs[f"{name} scales"] = _root_array(st.scale)
             if st.zero_point is not None:
-                bufs[f"{name} zero points"] = _whole(st.zero_point)
+                bufs[f"{name} zero points"] = _root_array(st.zero_point)
         else:
-            bufs[name] = _whole(st)
+            bufs[name] = _root_array(st)
     if data.mask is not None:
-        bufs["mask"] = _whole(data.mask)
-    # (a view's allocation may hold another input: count each allocation once)
-    seen: set[int] = set()
-    return {n: a for n, a in bufs.items()
-            if not (id(a) in seen or seen.add(id(a)))}
+        bufs["mask"] = _root_array(data.mask)
+    out: dict[str, np.ndarray] = {}
+    for name, a in bufs.items():  # (one allocation may hold two inputs: count it once)
+        if not any(a is b for b in out.values()):
+            out[name] = a
+    return out
 
 
 class InputGuard:
@@ -374,11 +366,7 @@ def out_buffer(case: Case) -> OutBuffer:
     layout = tensor_layouts(case.layout)[0]
     if layout == "qfused":
         layout = "bshd"
-    if layout == "offset":  # (the guard is a multiple of 64 bytes: the body stays misaligned)
-        n = B * Lq * H * D
-        flat = misaligned_empty((n + 2 * g,), dt)
-        view = flat[g:g + n].reshape(B, Lq, H, D)
-    elif layout == "padded":
+    if layout == "padded":
         shape = (B, Lq, H + 1, D + HEAD_PAD)
         n = int(np.prod(shape))
         flat = np.empty(n + 2 * g, dtype=dt)
@@ -392,9 +380,9 @@ def out_buffer(case: Case) -> OutBuffer:
         n = B * H * Lq * D
         flat = np.empty(n + 2 * g, dtype=dt)
         view = flat[g:g + n].reshape(B, H, D, Lq).transpose(0, 3, 1, 2)
-    else:
+    else:  # bshd; offset misaligned (the guard is a multiple of 64 bytes: the body too)
         n = B * Lq * H * D
-        flat = np.empty(n + 2 * g, dtype=dt)
+        flat = (misaligned_empty if layout == "offset" else np.empty)((n + 2 * g,), dt)
         view = flat[g:g + n].reshape(B, Lq, H, D)
     bits_t, guard = GUARD[dt]
     # mark the view's elements to learn which arena elements belong to it
