@@ -676,6 +676,9 @@ def kernels_for(shape: Shape, kernels: Sequence[native.Kernel] | None) -> list[n
     return [k for k in kernels if takes(k, shape)]
 
 
+TRIAL_CRASH = "crashed in a trial call"  # _first_call's reason when the child died
+
+
 def _first_call(party: NativeParty) -> str | None:
     """Run a party's kernel once: None if it ran, else why it cannot be timed. A user
     kernel's first call is tried in a child process first: a crash there costs the child."""
@@ -685,7 +688,7 @@ def _first_call(party: NativeParty) -> str | None:
     if party.kernel.user and party.kernel.build is not None:
         died = trial_call(party.kernel.build, dataclasses.asdict(party.shape), party.threads)
         if died:
-            return f"crashed in a trial call ({died})"
+            return f"{TRIAL_CRASH} ({died})"
     try:
         party.run(1)
     except SdpaUnsupported:
@@ -761,7 +764,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                 why = _first_call(party)
                 if why:
                     notes.append(f"{shape.name}: {k.name} {why}: skipped")
-                    if why.startswith("crashed"):
+                    if why.startswith(TRIAL_CRASH):
                         crashed.append(f"{shape.name}: {k.name}")
                 else:
                     parties.append(party)
@@ -801,7 +804,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                         why = _first_call(party)
                         if why:
                             peer_skips[p] = why
-                            if why.startswith("crashed"):
+                            if why.startswith(TRIAL_CRASH):
                                 crashed.append(f"{shape.name}: {k.name}")
                         else:
                             parties.append(party)
