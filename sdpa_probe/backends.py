@@ -199,7 +199,7 @@ BUILTIN = ("torch", "executorch")
 
 
 def make_backend(spec: str):
-    """'torch', 'executorch', a native kernel name, or 'user:PATH' (.c or .so)."""
+    """'torch', 'executorch', a native kernel name, or 'user:PATH' (.c, .cpp or .so)."""
     if spec == "torch":
         return TorchBackend()
     if spec == "executorch":

@@ -633,11 +633,11 @@ def _same_run_figures(shape: Shape, stats: dict, read_gb_s: float | None) -> dic
 
 
 def is_kernel_file(spec: str) -> bool:
-    return spec.endswith((".c", ".so")) or os.sep in spec
+    return spec.endswith(native.KERNEL_SUFFIXES) or os.sep in spec
 
 
 def resolve_kernels(specs: Sequence[str]) -> list[native.Kernel]:
-    """Registered kernels by name and user kernels from .c / .so files (built, or found
+    """Registered kernels by name and user kernels from .c / .cpp / .so files (built, or found
     in the build cache), in order; two files of one name are told apart by their path."""
     known = native.builtin_kernels()
     out: list[native.Kernel] = []
@@ -651,7 +651,7 @@ def resolve_kernels(specs: Sequence[str]) -> list[native.Kernel]:
             k = known[spec]
         else:
             raise ProbeError(f"unknown kernel {spec!r}; known: {', '.join(known)}, "
-                             "or a .c / .so file implementing sdpa_forward")
+                             f"or {native.KERNEL_FILES} implementing sdpa_forward")
         if any(o.name == k.name for o in out):
             raise ProbeError(f"{spec} is given twice (as a kernel or a peer)")
         out.append(k)
@@ -704,7 +704,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         roofline: dict | None | bool = True) -> dict:
     """Benchmark every (kernel, shape) against the peers; returns the JSON document.
     Kernels and peers other than torch / executorch are registered kernel names or
-    .c / .so files implementing sdpa_forward (a native peer is timed like a kernel)."""
+    .c / .cpp / .so files implementing sdpa_forward (a native peer is timed like a kernel)."""
     import torch
 
     say = progress or (lambda _m: None)
@@ -712,7 +712,8 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
     for p in peers:
         if p not in PEERS and p not in known and not is_kernel_file(p):
             raise ProbeError(f"unknown peer {p!r}; known: {', '.join(PEERS)}, a kernel "
-                             f"({', '.join(known)}) or a .c / .so file implementing sdpa_forward")
+                             f"({', '.join(known)}) or {native.KERNEL_FILES} implementing "
+                             "sdpa_forward")
     kernels = list(kernels or [])
     resolved = resolve_kernels(kernels + [p for p in peers if p not in PEERS])
     chosen, native_peers = resolved[:len(kernels)] or None, resolved[len(kernels):]

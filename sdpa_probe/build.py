@@ -77,6 +77,39 @@ def compiler_command(cc: str | None) -> list[str]:
     return _words(sysconfig.get_config_var("CC") or "cc", "the compiler")
 
 
+# C++ kernel sources (a user's kernel may be C++ behind extern "C" sdpa_forward)
+CXX_SUFFIXES = (".cpp", ".cc", ".cxx")
+CXX_STD = "-std=c++17"
+
+
+_CXX_OF = {"gcc": "g++", "clang": "clang++", "cc": "c++", "icx": "icpx"}
+
+
+def cxx_command(cc: list[str]) -> list[str]:
+    """The C++ compiler beside the C one: $CXX, else the C compiler's name with gcc ->
+    g++, clang -> clang++, cc -> c++ (so gcc-12 -> g++-12, x86_64-linux-gnu-gcc ->
+    x86_64-linux-gnu-g++), else c++."""
+    if os.environ.get("CXX"):
+        return _words(os.environ["CXX"], "$CXX")
+    head, name = os.path.split(cc[0])
+    parts = name.split("-")
+    for i, part in enumerate(parts):
+        if part in _CXX_OF:
+            cand = os.path.join(head, "-".join(parts[:i] + [_CXX_OF[part]] + parts[i + 1:]))
+            if shutil.which(cand):
+                return [cand, *cc[1:]]
+            break
+    if shutil.which("c++"):
+        return ["c++"]
+    raise BuildError(f"no C++ compiler found beside {' '.join(cc)!r} for a C++ kernel: "
+                     "set $CXX")
+
+
+def cxx_flags(flags: list[str]) -> list[str]:
+    """The C flags for a C++ source: the C standard swapped for CXX_STD."""
+    return [CXX_STD if f == "-std=c11" else f for f in flags]
+
+
 def compiler_version(cc: list[str]) -> str:
     try:
         out = subprocess.run(cc + ["--version"], capture_output=True, text=True, timeout=30)
@@ -99,6 +132,10 @@ class BuildSpec:
     include_dirs: tuple[Path, ...] = ()
     extra_link: tuple[str, ...] = ()
 
+    @property
+    def has_cxx(self) -> bool:
+        return any(p.suffix in CXX_SUFFIXES for p in self.sources)
+
 
 @dataclasses.dataclass
 class BuildResult:
@@ -111,6 +148,7 @@ class BuildResult:
     cached: bool
     fallback: bool  # portable flags were used because -march=native failed
     fallback_reason: str = ""  # the -march=native build's error, when fallback
+    cxx: str = ""  # the C++ compiler, when a source is C++
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -118,9 +156,11 @@ class BuildResult:
         return d
 
 
-def _key(spec: BuildSpec, cc: list[str], cc_version: str, flags: list[str]) -> str:
+def _key(spec: BuildSpec, cc: list[str], cc_version: str, flags: list[str],
+         cxx: tuple[list[str], str] = ([], "")) -> str:
     h = hashlib.sha256()
     for part in (spec.stem, spec.cdef, spec.source, " ".join(cc), cc_version,
+                 " ".join(cxx[0]), cxx[1],
                  " ".join(OBJECT_FLAGS + flags),
                  cpu_model(), __version__, sys.version, " ".join(spec.extra_link)):
         h.update(part.encode())
@@ -148,13 +188,13 @@ def _ext_suffix() -> str:
 
 
 def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str],
-             dest: Path) -> None:
+             dest: Path, cxx: list[str] | None = None) -> None:
     import cffi  # local: building is rare, importing cffi's compiler bits is slow
 
     ffi = cffi.FFI()
     ffi.cdef(spec.cdef)
     with tempfile.TemporaryDirectory(prefix="sdpa_probe_build_", dir=dest.parent) as tmp:
-        objects = _compile_objects(spec, module_name, cc, flags, Path(tmp))
+        objects = _compile_objects(spec, module_name, cc, flags, Path(tmp), cxx)
         ffi.set_source(
             module_name,
             spec.source,
@@ -168,7 +208,8 @@ def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str],
         # prepended to ours, so it is set aside during the build
         saved = {k: os.environ.get(k) for k in ("CC", "LDSHARED", "CFLAGS")}
         os.environ["CC"] = " ".join(cc)
-        os.environ["LDSHARED"] = " ".join(cc) + " -shared"
+        # C++ objects link through the C++ driver, which adds its runtime library
+        os.environ["LDSHARED"] = " ".join(cxx or cc) + " -shared"
         os.environ.pop("CFLAGS", None)
         log_path = Path(tmp) / "build.log"
         try:
@@ -209,16 +250,20 @@ def _build_jobs() -> int:
 
 
 def _compile_objects(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str],
-                     tmp: Path) -> list[Path]:
-    """Each C source to an object in tmp, one compiler per CPU at a time (distutils
-    would compile them one after the other); the largest sources start first."""
+                     tmp: Path, cxx: list[str] | None = None) -> list[Path]:
+    """Each C (or C++) source to an object in tmp, one compiler per CPU at a time
+    (distutils would compile them one after the other); the largest sources start first."""
     incs = [f"-I{d}" for d in spec.include_dirs]
     jobs = [(src, tmp / f"{i}_{src.stem}.o") for i, src in enumerate(spec.sources)]
     order = sorted(jobs, key=lambda j: -j[0].stat().st_size)
 
     def run(job: tuple[Path, Path]) -> subprocess.CompletedProcess:
         src, obj = job
-        return subprocess.run([*cc, *OBJECT_FLAGS, *flags, *incs, "-c", str(src), "-o", str(obj)],
+        if src.suffix in CXX_SUFFIXES and cxx:
+            cmd = [*cxx, *OBJECT_FLAGS, *cxx_flags(flags)]
+        else:
+            cmd = [*cc, *OBJECT_FLAGS, *flags]
+        return subprocess.run([*cmd, *incs, "-c", str(src), "-o", str(obj)],
                               capture_output=True, text=True)
 
     try:
@@ -252,6 +297,8 @@ def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
     """Build (or find in the cache) the module described by spec."""
     cc_cmd = compiler_command(cc)
     cc_version = compiler_version(cc_cmd)
+    cxx_cmd: list[str] = cxx_command(cc_cmd) if spec.has_cxx else []
+    cxx = (cxx_cmd, compiler_version(cxx_cmd) if cxx_cmd else "")
     user_flags = (_words(cflags, "compiler flags") if cflags is not None
                   else _words(os.environ.get("SDPA_PROBE_CFLAGS", ""), "$SDPA_PROBE_CFLAGS"))
     attempts = [BASE_FLAGS + NATIVE_ARCH + user_flags]
@@ -268,22 +315,22 @@ def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
                          "to a writable directory)") from None
     last_error: BuildError | None = None
     for n, flags in enumerate(attempts):
-        key = _key(spec, cc_cmd, cc_version, flags)
+        key = _key(spec, cc_cmd, cc_version, flags, cxx)
         module_name = f"_{spec.stem}_{key}"
         dest = root / (module_name + _ext_suffix())
         with file_lock(root / (module_name + ".lock")):
             reason = str(last_error) if n > 0 and last_error is not None else ""
             if dest.exists() and not force:
                 return BuildResult(module_name, dest, " ".join(cc_cmd), cc_version, flags, 0.0,
-                                   True, n > 0, reason)
+                                   True, n > 0, reason, " ".join(cxx_cmd))
             t0 = time.perf_counter()
             try:
-                _compile(spec, module_name, cc_cmd, flags, dest)
+                _compile(spec, module_name, cc_cmd, flags, dest, cxx_cmd or None)
             except BuildError as exc:
                 last_error = exc
                 continue
             return BuildResult(module_name, dest, " ".join(cc_cmd), cc_version, flags,
-                               time.perf_counter() - t0, False, n > 0, reason)
+                               time.perf_counter() - t0, False, n > 0, reason, " ".join(cxx_cmd))
     assert last_error is not None
     raise last_error
 

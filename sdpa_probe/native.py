@@ -16,7 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from . import _cdefs
-from .build import INCLUDE_DIR, SRC_DIR, BuildResult, BuildSpec, build, load  # noqa: F401
+from .build import (  # noqa: F401
+    CXX_SUFFIXES,
+    INCLUDE_DIR,
+    SRC_DIR,
+    BuildResult,
+    BuildSpec,
+    build,
+    load,
+)
 from .errors import BuildError, ProbeError, SdpaInvalid, SdpaUnsupported
 
 F32, F16, BF16, I8 = 0, 1, 2, 3
@@ -71,15 +79,21 @@ def native_lib():
     return mod.ffi, mod.lib, res
 
 
+# What --kernel takes: a C or C++ source (compiled here) or a prebuilt shared library
+SOURCE_SUFFIXES = (".c",) + CXX_SUFFIXES
+KERNEL_SUFFIXES = SOURCE_SUFFIXES + (".so",)
+KERNEL_FILES = "a .c, .cpp or .so file"
+
+
 def user_kernel_spec(path: Path) -> BuildSpec:
     if not str(path).strip():
-        raise ProbeError("--kernel is empty: give a .c or .so file implementing sdpa_forward")
+        raise ProbeError(f"--kernel is empty: give {KERNEL_FILES} implementing sdpa_forward")
     path = Path(path).resolve()
     if path.is_dir():
-        raise ProbeError(f"--kernel {path} is a directory: give a .c or .so file")
+        raise ProbeError(f"--kernel {path} is a directory: give {KERNEL_FILES}")
     if not path.is_file():
         raise ProbeError(f"kernel file not found: {path}")
-    if path.suffix == ".c":
+    if path.suffix in SOURCE_SUFFIXES:
         return BuildSpec(stem="sdpa_probe_user", cdef=_cdefs.USER_KERNEL,
                          source='#include "sdpa_probe.h"\n', sources=(path,),
                          headers=tuple(sorted(INCLUDE_DIR.glob("*.h"))),
@@ -91,7 +105,7 @@ def user_kernel_spec(path: Path) -> BuildSpec:
                          headers=(path,) + tuple(sorted(INCLUDE_DIR.glob("*.h"))),
                          include_dirs=(INCLUDE_DIR,),
                          extra_link=(str(path), f"-Wl,-rpath,{path.parent}"))
-    raise ProbeError(f"--kernel wants a .c or .so file, got {path.name}")
+    raise ProbeError(f"--kernel wants {KERNEL_FILES} (.cc, .cxx too), got {path.name}")
 
 
 # ---- kernels ------------------------------------------------------------------
@@ -173,7 +187,8 @@ def load_user_module(res: BuildResult, path: Path):
                              "kernel exports: int sdpa_forward(const sdpa_args *)") from None
         if missing:
             raise BuildError(f"{Path(path).name} uses {missing.group(1)}, which it does not "
-                             "define (a kernel is one self-contained .c file, or a .so)") from None
+                             "define (a kernel is one self-contained .c / .cpp file, or a .so)"
+                             ) from None
         raise
 
 

@@ -174,3 +174,64 @@ def test_sources_compile_in_parallel(tmp_path, monkeypatch):
     assert mod.lib.probe_a() + mod.lib.probe_b() == 2
     seen = [int(p.read_text()) for p in tmp_path.glob("runs.*")]
     assert len(seen) == 2 and min(seen) == 2, seen
+
+
+# ---- C++ kernels ------------------------------------------------------------------
+
+CXX_EXAMPLE = EXAMPLE_KERNEL.with_name("minimal_sdpa.cpp")
+
+
+def test_cxx_kernel_builds_with_the_cxx_driver_and_its_own_key(tmp_path, monkeypatch):
+    """A .cpp kernel compiles as C++17 (minimal_sdpa.cpp uses std::thread and
+    exceptions, so the link needs the C++ runtime) and the C++ compiler is in the key."""
+    monkeypatch.setenv("SDPA_PROBE_CACHE", str(tmp_path))
+    spec = native.user_kernel_spec(CXX_EXAMPLE)
+    assert spec.has_cxx and not native.user_kernel_spec(EXAMPLE_KERNEL).has_cxx
+    res = build.build(spec)
+    assert res.cxx and not res.cached
+    mod = native.load_user_module(res, CXX_EXAMPLE)
+    assert hasattr(mod.lib, "sdpa_forward")
+    k = build._key(spec, ["cc"], "v", ["-O3"], (["g++"], "g++ 12"))
+    assert k != build._key(spec, ["cc"], "v", ["-O3"], (["clang++"], "clang 15"))
+
+
+def test_cxx_flags_swap_only_the_language_standard():
+    assert build.cxx_flags(["-std=c11", "-O3", "-Wall"]) == [build.CXX_STD, "-O3", "-Wall"]
+
+
+def test_cxx_compiler_is_found_beside_the_c_one(monkeypatch, tmp_path):
+    monkeypatch.delenv("CXX", raising=False)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("gcc-12", "g++-12", "x86_64-linux-gnu-clang", "x86_64-linux-gnu-clang++"):
+        (bindir / name).write_text("#!/bin/sh\n")
+        (bindir / name).chmod(0o755)
+    assert build.cxx_command([str(bindir / "gcc-12"), "-m64"]) == [str(bindir / "g++-12"), "-m64"]
+    assert build.cxx_command([str(bindir / "x86_64-linux-gnu-clang")]) == [
+        str(bindir / "x86_64-linux-gnu-clang++")]
+    monkeypatch.setenv("CXX", "my-c++ --flag")
+    assert build.cxx_command(["gcc"]) == ["my-c++", "--flag"]
+
+
+def test_no_cxx_compiler_is_a_one_line_error(monkeypatch):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(build.shutil, "which", lambda _name: None)
+    with pytest.raises(BuildError, match="no C\\+\\+ compiler found .* set \\$CXX"):
+        build.cxx_command(["/opt/weird/mycc"])
+
+
+def test_broken_cxx_kernel_is_a_one_line_build_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("SDPA_PROBE_CACHE", str(tmp_path / "cache"))
+    bad = tmp_path / "bad.cc"
+    bad.write_text('#include "sdpa_probe.h"\n'
+                   'extern "C" int sdpa_forward(const sdpa_args *a) { return nosuch(a); }\n')
+    with pytest.raises(BuildError, match="bad.cc:2:.*nosuch") as err:
+        native.load_user_kernel(bad)
+    assert "\n" not in str(err.value)
+
+
+def test_kernel_suffixes_are_named_in_the_error(tmp_path):
+    other = tmp_path / "k.rs"
+    other.write_text("")
+    with pytest.raises(ProbeError, match=r"\.c, \.cpp or \.so"):
+        native.user_kernel_spec(other)

@@ -191,7 +191,7 @@ def test_cli_refuses_unknown_peer_and_shape():
     assert res.exit_code == 2 and "bad shape" in res.output
 
 
-# ---- your own kernels: .c / .so files, as kernels and as peers ------------------------
+# ---- your own kernels: .c / .cpp / .so files, as kernels and as peers ------------------------
 
 REFUSER = '#include "sdpa_probe.h"\nint sdpa_forward(const sdpa_args *a) { (void)a; return 1; }\n'
 
@@ -206,6 +206,20 @@ def test_a_user_kernel_is_timed_against_flash_in_the_same_rounds():
     assert r["kernel"] == "user:minimal_sdpa.c" and doc["peers"] == ["flash"]
     assert r["ratio"]["flash"] == pytest.approx(  # (ratios are rounded to 3 decimals)
         r["peers"]["flash"]["median_us"] / r["median_us"], rel=1e-2, abs=1e-3)
+
+
+def test_a_cxx_kernel_against_its_c_twin():
+    """The C++ port of the minimal kernel as a kernel, the C one as its peer."""
+    from conftest import EXAMPLE_KERNEL
+
+    cxx = str(EXAMPLE_KERNEL.with_name("minimal_sdpa.cpp"))
+    assert bench.is_kernel_file("k.cpp") and bench.is_kernel_file("k.cc")
+    doc = bench.run([bench.parse_shape("decode-h4kv2d64-kv128-f32")], kernels=[cxx],
+                    peers=[str(EXAMPLE_KERNEL)], threads=1, rounds=2, min_time=0.002,
+                    roofline=FAKE_ROOF)
+    (r,) = doc["results"]
+    assert r["kernel"] == "user:minimal_sdpa.cpp"
+    assert list(r["ratio"]) == ["user:minimal_sdpa.c"] and r["ratio"]["user:minimal_sdpa.c"] > 0
 
 
 def test_two_versions_of_a_kernel_file_are_told_apart(tmp_path):

@@ -220,7 +220,7 @@ def variants(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("example", ["minimal_sdpa.c", "online_sdpa.c"])
+@pytest.mark.parametrize("example", ["minimal_sdpa.c", "online_sdpa.c", "minimal_sdpa.cpp"])
 def test_example_kernel_passes_default_suite(example):
     backend = NativeBackend("user", load_user_kernel(EXAMPLE_KERNEL.with_name(example)))
     for case in suite("default"):
@@ -452,3 +452,27 @@ def test_a_kernel_that_assumes_a_zero_point_array_crashes_on_symmetric_int8(tmp_
     crashed = {r["case"] for r in recs if r["status"] == "crash"}
     assert crashed == {r["case"] for r in recs if r["case"].endswith("-sym")} != set()
     assert all(r["status"] == "pass" for r in recs if r["case"] not in crashed)
+
+
+def test_cxx_exception_escaping_the_abi_is_a_crash(tmp_path):
+    """A C++ kernel that lets an exception out of sdpa_forward: std::terminate aborts its
+    worker, and the record says what was thrown; the other kernels' run goes on."""
+    src = tmp_path / "throws.cpp"
+    src.write_text('#include <stdexcept>\n#include "sdpa_probe.h"\n'
+                   'extern "C" int sdpa_forward(const sdpa_args *a) {\n'
+                   '  if (a->kv_len > 100) throw std::length_error("kv too long");\n'
+                   '  return SDPA_UNSUPPORTED;\n}\n')
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["check", "--kernel", str(src), "--suite", "smoke",
+                              "-k", "decode", "--json", str(out)])
+    assert res.exit_code == 1, res.output
+    recs = json.loads(out.read_text())["records"]
+    crashed = [r for r in recs if r["status"] == "crash"]
+    assert crashed and all("SIGABRT" in r["reason"] and "length_error" in r["reason"]
+                           for r in crashed)
+
+
+def test_check_cxx_example_kernel_via_cli():
+    cxx = EXAMPLE_KERNEL.with_name("minimal_sdpa.cpp")
+    res = runner.invoke(app, ["check", "--kernel", str(cxx), "--suite", "smoke", "--jobs", "1"])
+    assert res.exit_code == 0, res.output

@@ -303,7 +303,7 @@ def test_chart_by_kind(tmp_path):
     (["--context", "10,20", "--chart", "c.png"], "give a .svg path"),
     (["--context", "10,20", "--chart-by", "layer"], "--chart-by"),
     (["--kernel", "nope.c"], "kernel file not found"),
-    (["--kernel", "k.txt"], ".c or .so"),
+    (["--kernel", "k.txt"], ".c, .cpp or .so"),
     (["--attention", "user"], "--kernel PATH"),
     (["--attention", "fused@"], "no compiler flags after @"),
     (["--interactive"], "needs a terminal on stdin"),

@@ -71,12 +71,12 @@ def _table(doc: dict) -> Table:
 def bench_command(
     kernel: str = typer.Option(
         None, "--kernel", "-k",
-        help="Kernels to time, comma-separated: registered names (probe kernels) or .c / .so "
-             "files implementing sdpa_forward (default: flash for float shapes, quant_int8 "
-             "for int8 shapes)."),
+        help="Kernels to time, comma-separated: registered names (probe kernels) or "
+             ".c / .cpp / .so files implementing sdpa_forward (default: flash for float "
+             "shapes, quant_int8 for int8 shapes)."),
     vs: str = typer.Option("torch", "--vs",
                            help="Peers measured in the same run: torch, executorch, registered "
-                                "kernels or .c / .so kernel files (e.g. flash; old.c for an "
+                                "kernels or .c / .cpp / .so kernel files (e.g. flash; old.c for an "
                                 "A/B of two versions)."),
     shape: str = typer.Option(
         "all", "--shape", "-s",

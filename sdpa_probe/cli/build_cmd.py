@@ -18,7 +18,8 @@ def build_command(
     cflags: str | None = typer.Option(
         None, "--cflags", help='Extra compiler flags, e.g. "-O2"; they come after the defaults.'),
     kernel: Path | None = typer.Option(
-        None, "--kernel", help="Build a user kernel file (.c implementing sdpa_forward)."),
+        None, "--kernel",
+        help="Build a user kernel file (.c / .cpp implementing sdpa_forward, or a .so)."),
     json_out: bool = typer.Option(False, "--json", help="Print the build record as JSON."),
 ) -> None:
     """Compile the native kernels into the build cache and say what was built where."""
@@ -37,6 +38,8 @@ def build_command(
     out.print(f"[bold]{res.module_name}[/] ({state})")
     out.print(f"  path      {res.path}")
     out.print(f"  compiler  {res.cc}  ({res.cc_version})")
+    if res.cxx:
+        out.print(f"  c++       {res.cxx}")
     out.print(f"  flags     {' '.join(res.flags)}")
     if res.fallback:
         out.warn(f"-march=native failed ({res.fallback_reason}); built with portable flags")

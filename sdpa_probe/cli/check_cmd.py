@@ -140,7 +140,7 @@ def check_command(
                                       help="Backend(s): a kernel from `probe kernels`, torch, "
                                            "executorch, or all. Repeat or comma-separate."),
     kernel: Path = typer.Option(None, "--kernel",
-                                help="Your kernel: a .c or .so implementing sdpa_forward "
+                                help="Your kernel: a .c, .cpp or .so implementing sdpa_forward "
                                      "(native/include/sdpa_probe.h)."),
     k: list[str] = typer.Option(None, "-k", help="Only cases whose id contains this (repeatable)."),
     dtype: list[str] = typer.Option(None, "--dtype", help="Only these storage dtypes: "

@@ -42,7 +42,7 @@ def profile_command(
                            "e.g. decomposed,fused; either may be GRAPH@CFLAGS, a build with "
                            "other flags: --ab 'fused@-O3,fused@-O1'."),
     kernel: str = typer.Option(None, "--kernel",
-                               help="PATH.c or PATH.so: a user sdpa_forward "
+                               help="PATH.c, PATH.cpp or PATH.so: a user sdpa_forward "
                                     "(native/include/sdpa_probe.h) as attention 'user'."),
     context: str = typer.Option("1000", "--context", "-c",
                                 help="Cached tokens before the new one. A list or range "
@@ -86,7 +86,7 @@ def profile_command(
     """Profile one transformer decode step op by op: decomposed vs fused attention."""
     to_stdout = json_path == "-" or csv_path == "-" or trace_path == "-"
     if kernel is not None and not kernel.strip():
-        raise ProbeError("--kernel is empty: give a .c or .so file implementing sdpa_forward")
+        raise ProbeError("--kernel is empty: give a .c, .cpp or .so file implementing sdpa_forward")
     if sum(p == "-" for p in (json_path, csv_path, trace_path)) > 1:
         raise ProbeError("only one of --json, --csv, --trace can write to stdout")
     if interactive:

@@ -40,7 +40,7 @@ def shape_case(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, h
 @command("run")
 def run_command(
     kernel: str = typer.Argument("flash", help="A kernel from `probe kernels`."),
-    user_kernel: str = typer.Option(None, "--kernel", help="Run your .c/.so kernel instead."),
+    user_kernel: str = typer.Option(None, "--kernel", help="Run your .c/.cpp/.so kernel instead."),
     batch: int = typer.Option(1, "--batch"),
     heads: int = typer.Option(32, "--heads"),
     kv_heads: int = typer.Option(8, "--kv-heads"),

@@ -68,7 +68,7 @@ def _with_flags(cflags: str) -> Build:
 
 @dataclasses.dataclass(frozen=True)
 class UserKernel:
-    """A user's sdpa_forward (native/include/sdpa_probe.h) from a .c or .so file."""
+    """A user's sdpa_forward (native/include/sdpa_probe.h) from a .c, .cpp or .so file."""
 
     path: Path
     kernel: native.Kernel
@@ -95,10 +95,11 @@ class UserKernel:
 
 
 def user_kernel(path: str, cflags: str | None = None) -> UserKernel:
-    """Compile a .c kernel (with cflags after the base flags) or link a shim to a .so."""
+    """Compile a .c / .cpp kernel (with cflags after the base flags) or link a shim to a .so."""
     p = Path(path).expanduser().resolve()
     spec = native.user_kernel_spec(p)  # checks the file and its suffix
-    flags = cflags if p.suffix == ".c" else None  # a prebuilt .so keeps its own flags
+    # a prebuilt .so keeps its own flags
+    flags = cflags if p.suffix in native.SOURCE_SUFFIXES else None
     res = build.build(spec, cflags=flags, cc=_compiler())
     mod = native.load_user_module(res, p)  # (a file without sdpa_forward does not load)
     info = native.KernelInfo(f"user:{p.name}", f"user kernel {p}",
