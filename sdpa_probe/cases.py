@@ -9,7 +9,7 @@ import math
 
 DTYPES = ("f32", "f16", "bf16", "i8")
 ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1}
-LAYOUTS = ("bshd", "bhsd", "padded", "dmajor", "vdmajor", "qfused", "offset")
+LAYOUTS = ("bshd", "bhsd", "padded", "dmajor", "vdmajor", "qfused", "offset", "far")
 
 # Block sizes of the built-in kernels (flash_core.h); kv lengths and query
 # lengths at block -1, +0, +1 catch partial-block bugs. Decode sizes its key
@@ -49,6 +49,8 @@ class Case:
     #                           | vdmajor (only V so, as llama.cpp's transposed V cache)
     #                           | qfused (Q a view of a fused QKV output; out plain)
     #                           | offset (every base one element past 64-byte alignment)
+    #                           | far (Q, K, V batches 2^31 + 4096 elements apart: offsets
+    #                             past 32 bits, in a sparse mapping; batch >= 2)
     scale: float = 0.0        # <= 0: 1/sqrt(head_dim)
     magnitude: float = 1.0    # q and k are multiplied by this (large logits / tiny values)
     v_magnitude: float = 1.0  # v is multiplied by this (F16 values and outputs below its
@@ -66,6 +68,8 @@ class Case:
             raise ValueError(f"quant {self.quant!r}: asym, or sym with dtype i8")
         if self.n_heads % self.n_kv_heads:
             raise ValueError("n_heads must be a multiple of n_kv_heads")
+        if self.layout == "far" and self.batch < 2:
+            raise ValueError("layout far needs batch >= 2 (batch 1 is the far one)")
 
     @property
     def group(self) -> int:
@@ -286,6 +290,13 @@ def _default() -> list[Case]:
     # (the mask too one element past a 64-byte boundary)
     cs.append(Case("layout", q_len=5, kv_len=75, layout="offset", causal=True, start_pos=70,
                    mask="random", n_heads=4, n_kv_heads=2))
+    # element offsets past 2^31 (batch 1 of Q, K, V 2^31 + 4096 elements after batch 0, as
+    # in a cache of many sequences or one interleaving every layer per position): a
+    # kernel that forms an offset in int truncates it and reads far outside its tensor
+    for dt in ("f32", "f16", "i8"):
+        cs.append(Case("layout", batch=2, q_len=2, kv_len=70, layout="far", dtype=dt,
+                       n_heads=4, n_kv_heads=2, causal=dt == "f16",
+                       start_pos=68 if dt == "f16" else 0))
     # tensors of one call in different layouts (K's strides are not V's, Q's not out's)
     cs.append(Case("layout", q_len=3, kv_len=KV_BLOCK + 3, layout="vdmajor",
                    n_heads=4, n_kv_heads=2, causal=True, start_pos=KV_BLOCK))

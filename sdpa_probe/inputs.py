@@ -168,6 +168,34 @@ def misaligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     return raw[start:start + n].view(dt).reshape(shape)
 
 
+FAR_STRIDE = 2 ** 31 + 4096  # elements between the batches of the `far` layout
+
+
+def far_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
+    """An uninitialised [B, ...] array whose batches lie FAR_STRIDE elements apart, in
+    one anonymous mapping reserved but not committed (MAP_NORESERVE): only the pages
+    the batches' elements sit on are ever touched, a few KiB of gigabytes of address
+    space. Its base is not an ndarray, so the harness's guards copy the elements,
+    not the mapping."""
+    import mmap
+
+    dt = np.dtype(dtype)
+    per = int(np.prod(shape[1:]))
+    if per > FAR_STRIDE:
+        raise ValueError(f"layout far: a batch of {per} elements exceeds the batch stride")
+    nbytes = ((shape[0] - 1) * FAR_STRIDE + per) * dt.itemsize
+    try:
+        mm = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                       | getattr(mmap, "MAP_NORESERVE", 0))
+    except (OSError, OverflowError) as exc:
+        raise MemoryError(f"layout far: cannot map {nbytes >> 30} GiB of address space "
+                          f"({exc})") from None
+    flat = np.frombuffer(mm, dtype=dt)
+    inner = np.empty(shape[1:], dtype=dt).strides  # C order within a batch
+    return np.lib.stride_tricks.as_strided(flat, shape=shape,
+                                           strides=(FAR_STRIDE * dt.itemsize, *inner))
+
+
 def _place(values: np.ndarray, layout: str, slack: int) -> np.ndarray:
     """Copy [B, S, H, D] values into an arena laid out per `layout`, return the view."""
     B, S, H, D = values.shape
@@ -187,6 +215,10 @@ def _place(values: np.ndarray, layout: str, slack: int) -> np.ndarray:
         arena = np.empty((B, S + slack, H + 1, D + HEAD_PAD), dtype=values.dtype)
         _nan_fill(arena)
         view = arena[:, :S, :H, :D]
+    elif layout == "far":
+        arena = far_empty((B, S + slack, H, D), values.dtype)
+        _nan_fill(arena)
+        view = arena[:, :S]
     else:  # bshd; offset: its base one element past a 64-byte boundary
         alloc = misaligned_empty if layout == "offset" else np.empty
         arena = alloc((B, S + slack, H, D), values.dtype)

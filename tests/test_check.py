@@ -476,3 +476,33 @@ def test_check_cxx_example_kernel_via_cli():
     cxx = EXAMPLE_KERNEL.with_name("minimal_sdpa.cpp")
     res = runner.invoke(app, ["check", "--kernel", str(cxx), "--suite", "smoke", "--jobs", "1"])
     assert res.exit_code == 0, res.output
+
+
+def test_int32_offsets_are_caught_by_the_far_layout(tmp_path):
+    """The example with its element offset in int: right on every other case, but batch 1
+    of the far layout lies 2^31 + 4096 elements on, so the truncated offset points
+    gigabytes before the tensor (a crash, in its worker) or at the wrong element."""
+    old = "int64_t off = b * t->stride[0] + s * t->stride[1] + h * t->stride[2] + d * t->stride[3];"
+    assert SRC.count(old) == 2
+    src = tmp_path / "int_offsets.c"
+    src.write_text(SRC.replace(old, old.replace("int64_t off", "int off")))
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["check", "--kernel", str(src), "-k", "far", "-k", "layout-h4",
+                              "--json", str(out)])
+    assert res.exit_code == 1, res.output
+    recs = {r["case"]: r for r in json.loads(out.read_text())["records"]}
+    far = [r for c, r in recs.items() if c.endswith("-far")]
+    assert len(far) == 3 and all(r["status"] in ("crash", "fail") for r in far), far
+    assert all(r["status"] == "pass" for c, r in recs.items() if "-far" not in c), recs
+
+
+def test_far_layout_maps_address_space_not_memory():
+    case = Case("layout", batch=2, q_len=2, kv_len=70, layout="far", n_heads=4, n_kv_heads=2)
+    data = materialise(case)
+    k = data.k_store
+    assert k.strides[0] == (2 ** 31 + 4096) * 4 and np.isfinite(k).all()
+    from sdpa_probe.inputs import input_buffers
+    # the input-write guard copies the batches' elements, not the 8 GiB mapping
+    assert sum(a.nbytes for a in input_buffers(data).values()) < 1 << 20
+    with pytest.raises(ValueError, match="batch >= 2"):
+        Case("layout", layout="far")
