@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from conftest import EXAMPLE_KERNEL
+from conftest import EXAMPLE_KERNEL, needs_cxx
 
 from sdpa_probe import build, native
 from sdpa_probe.errors import BuildError, ProbeError, SdpaInvalid
@@ -181,6 +181,7 @@ def test_sources_compile_in_parallel(tmp_path, monkeypatch):
 CXX_EXAMPLE = EXAMPLE_KERNEL.with_name("minimal_sdpa.cpp")
 
 
+@needs_cxx
 def test_cxx_kernel_builds_with_the_cxx_driver_and_its_own_key(tmp_path, monkeypatch):
     """A .cpp kernel compiles as C++17 (minimal_sdpa.cpp uses std::thread and
     exceptions, so the link needs the C++ runtime) and the C++ compiler is in the key."""
@@ -220,6 +221,7 @@ def test_no_cxx_compiler_is_a_one_line_error(monkeypatch):
         build.cxx_command(["/opt/weird/mycc"])
 
 
+@needs_cxx
 def test_broken_cxx_kernel_is_a_one_line_build_error(tmp_path, monkeypatch):
     monkeypatch.setenv("SDPA_PROBE_CACHE", str(tmp_path / "cache"))
     bad = tmp_path / "bad.cc"

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import needs_cxx
 from typer.testing import CliRunner
 
 from sdpa_probe import bench, native
@@ -208,6 +209,7 @@ def test_a_user_kernel_is_timed_against_flash_in_the_same_rounds():
         r["peers"]["flash"]["median_us"] / r["median_us"], rel=1e-2, abs=1e-3)
 
 
+@needs_cxx
 def test_a_cxx_kernel_against_its_c_twin():
     """The C++ port of the minimal kernel as a kernel, the C one as its peer."""
     from conftest import EXAMPLE_KERNEL

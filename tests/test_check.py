@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 import torch
-from conftest import EXAMPLE_KERNEL
+from conftest import EXAMPLE_KERNEL, needs_cxx
 from typer.testing import CliRunner
 
 from sdpa_probe.backends import NativeBackend
@@ -220,7 +220,8 @@ def variants(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("example", ["minimal_sdpa.c", "online_sdpa.c", "minimal_sdpa.cpp"])
+@pytest.mark.parametrize("example", ["minimal_sdpa.c", "online_sdpa.c",
+                                     pytest.param("minimal_sdpa.cpp", marks=needs_cxx)])
 def test_example_kernel_passes_default_suite(example):
     backend = NativeBackend("user", load_user_kernel(EXAMPLE_KERNEL.with_name(example)))
     for case in suite("default"):
@@ -454,6 +455,7 @@ def test_a_kernel_that_assumes_a_zero_point_array_crashes_on_symmetric_int8(tmp_
     assert all(r["status"] == "pass" for r in recs if r["case"] not in crashed)
 
 
+@needs_cxx
 def test_cxx_exception_escaping_the_abi_is_a_crash(tmp_path):
     """A C++ kernel that lets an exception out of sdpa_forward: std::terminate aborts its
     worker, and the record says what was thrown; the other kernels' run goes on."""
@@ -472,6 +474,7 @@ def test_cxx_exception_escaping_the_abi_is_a_crash(tmp_path):
                            for r in crashed)
 
 
+@needs_cxx
 def test_check_cxx_example_kernel_via_cli():
     cxx = EXAMPLE_KERNEL.with_name("minimal_sdpa.cpp")
     res = runner.invoke(app, ["check", "--kernel", str(cxx), "--suite", "smoke", "--jobs", "1"])
