@@ -202,7 +202,8 @@ def _default() -> list[Case]:
     cs.append(Case("prefill", q_len=40, kv_len=20, causal=True, n_heads=4, n_kv_heads=1))
     cs.append(Case("prefill", q_len=17, kv_len=150, n_heads=4, n_kv_heads=2))
     # head dims
-    for d in (64, 80, 96, 128, 256, 67):
+    # (512: past the 256 a kernel's fixed-size row buffer, `float acc[256]`, assumes)
+    for d in (64, 80, 96, 128, 256, 67, 512):
         cs.append(Case("hdim", head_dim=d, q_len=2, kv_len=70, n_heads=4, n_kv_heads=2))
     # causal with a KV-cache offset
     for q, kv, sp in ((1, 100, 99), (4, 100, 96), (7, 135, 128), (3, 60, 0), (5, 80, 40)):

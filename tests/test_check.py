@@ -509,3 +509,20 @@ def test_far_layout_maps_address_space_not_memory():
     assert sum(a.nbytes for a in input_buffers(data).values()) < 1 << 20
     with pytest.raises(ValueError, match="batch >= 2"):
         Case("layout", layout="far")
+
+
+def test_fixed_row_buffer_is_caught_by_head_dim_512(tmp_path):
+    """The example with its accumulator a `float acc[256]` on the stack (head_dim <= 256
+    assumed): right on every other head_dim, and the d512 case writes past it."""
+    old = "float *acc = malloc((size_t)D * sizeof(float));"
+    src = SRC.replace(old, "float acc_[256];\n  float *acc = acc_;")
+    src = src.replace("free(acc);", "")
+    assert src.count("acc_") == 2
+    path = tmp_path / "acc256.c"
+    path.write_text(src)
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["check", "--kernel", str(path), "-k", "hdim-", "--json", str(out)])
+    assert res.exit_code == 1, res.output
+    recs = {r["case"]: r for r in json.loads(out.read_text())["records"]}
+    assert recs["hdim-h4gqa2-q2-kv70-d512-f32"]["status"] in ("crash", "fail"), recs
+    assert all(r["status"] == "pass" for c, r in recs.items() if "-d512-" not in c), recs
