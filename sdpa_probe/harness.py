@@ -71,14 +71,23 @@ def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> d
     from .backends import Unsupported, describe_failure
     from .errors import KernelError
     from .inputs import InputGuard, out_buffer
+    from .native import describe_fp_change, fp_control, set_fp_control
     from .verdict import judge
 
     rec = base_record(backend.name, case)
     out = out_buffer(case)
     guard = InputGuard(prep.data)
+    fp_before = fp_control()
+    fp_changed = None
     t0 = time.perf_counter()
     try:
-        backend.run(prep.data, out)
+        try:
+            backend.run(prep.data, out)
+        finally:  # put the environment back, so that the next case and the oracle run in it
+            fp_after = fp_control()
+            if fp_after != fp_before:
+                fp_changed = describe_fp_change(fp_before, fp_after)
+                set_fp_control(fp_before)
     except Unsupported as exc:
         rec.update(status="unsupported", reason=str(exc), seconds=time.perf_counter() - t0)
         return rec
@@ -90,7 +99,8 @@ def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> d
                    seconds=time.perf_counter() - t0)
         return rec
     rec["seconds"] = time.perf_counter() - t0
-    v = judge(case, prep.ref, out, prep.torch_err, inputs_written=guard.written())
+    v = judge(case, prep.ref, out, prep.torch_err, inputs_written=guard.written(),
+              fp_changed=fp_changed)
     rec.update(v.as_dict())
     if keep_output:
         rec["_out"] = out

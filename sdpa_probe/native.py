@@ -201,6 +201,43 @@ def load_user_kernel(path: Path, force: bool = False) -> Kernel:
     return Kernel(mod.ffi, mod.lib, info, user=True, build=res)
 
 
+# ---- the calling thread's floating-point environment ------------------------------
+
+def fp_control() -> int:
+    """The calling thread's floating-point control state (native/src/runtime.c)."""
+    return int(native_lib()[1].sdpa_probe_fp_control())
+
+
+def set_fp_control(value: int) -> None:
+    native_lib()[1].sdpa_probe_fp_control_set(value)
+
+
+_X86_ROUNDING = ("to nearest", "down", "up", "toward zero")
+
+
+def describe_fp_change(before: int, after: int) -> str:
+    """What a call changed in the state fp_control reads, in words where the bits are
+    x86's (MXCSR in the low half, the x87 control word above), else in hex."""
+    import platform
+
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return f"FPCR / rounding state {before:#x} -> {after:#x}"
+    parts = []
+    b, a = before & 0xFFFFFFFF, after & 0xFFFFFFFF
+    for bit, what in ((15, "flush-to-zero"), (6, "denormals-are-zero")):
+        if (a ^ b) >> bit & 1:
+            parts.append(f"MXCSR {what} {'on' if a >> bit & 1 else 'off'}")
+    if (a ^ b) >> 13 & 3:
+        parts.append(f"MXCSR rounding {_X86_ROUNDING[b >> 13 & 3]} -> {_X86_ROUNDING[a >> 13 & 3]}")
+    if (a ^ b) >> 7 & 0x3F:
+        parts.append(f"MXCSR exception masks {b >> 7 & 0x3F:#04x} -> {a >> 7 & 0x3F:#04x} "
+                     "(an unmasked exception traps: SIGFPE)")
+    cb, ca = before >> 32 & 0xFFFF, after >> 32 & 0xFFFF
+    if cb != ca:
+        parts.append(f"x87 control word {cb:#06x} -> {ca:#06x}")
+    return ", ".join(parts) + f" (MXCSR {b:#06x} -> {a:#06x})"
+
+
 def raise_for_status(status: int, name: str) -> None:
     if status == 0:
         return

@@ -1,5 +1,6 @@
 """Layered verdicts: NaN/Inf disagreement first, then poison (unwritten output)
-and guard (out-of-bounds write) violations, then error against tolerance."""
+and guard (out-of-bounds write) violations, inputs written and a floating-point
+environment left changed, then error against tolerance."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def error_figures(out: np.ndarray, ref: np.ndarray) -> dict:
 
 
 def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None = None,
-          inputs_written: list[tuple[str, int]] | None = None) -> Verdict:
+          inputs_written: list[tuple[str, int]] | None = None,
+          fp_changed: str | None = None) -> Verdict:
     vals = out.values()
     figs = error_figures(vals, ref)
     atol, rtol = tolerance(case)
@@ -89,6 +91,9 @@ def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None =
         return Verdict("fail", f"wrote into its inputs, which are read-only: {what} changed"
                        + ("; a KV cache written so is wrong for the next decode step"
                           if cache else ""), **common)
+    if fp_changed:  # (the output may be right; the caller's arithmetic after the call is not)
+        return Verdict("fail", "changed the calling thread's floating-point environment and "
+                       f"did not restore it: {fp_changed}", **common)
 
     # 3. error against tolerance
     err = np.abs(vals - ref)

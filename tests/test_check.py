@@ -2,6 +2,7 @@
 deliberately broken copies of the example kernel fail the way they should."""
 
 import json
+import platform
 import xml.etree.ElementTree as ET
 
 import numpy as np
@@ -10,6 +11,7 @@ import torch
 from conftest import EXAMPLE_KERNEL, needs_cxx
 from typer.testing import CliRunner
 
+from sdpa_probe import native
 from sdpa_probe.backends import NativeBackend
 from sdpa_probe.cases import Case, suite
 from sdpa_probe.cli import app
@@ -161,6 +163,10 @@ BUGS = {
     # Q pre-scaled in place (one multiply fewer a score; the loop is added by the
     # fixture): the output is right, the caller's Q is not
     "q-scaled-in-place": ("s *= scale;", "if (a->q.dtype != SDPA_F32) s *= scale;"),
+    # the rounding mode changed for the kernel and left so (the caller's arithmetic after
+    # the call rounds up); the output itself is within tolerance
+    "fp-rounding-left-up": ("int st = sdpa_validate_args(a);",
+                            "fesetround(FE_UPWARD);\n  int st = sdpa_validate_args(a);"),
     # causal as an additive -inf over every slot's score: stale cache slots reach P.V
     "additive-causal": (
         "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
@@ -193,6 +199,7 @@ EXPECT = [
      "error above tolerance"),
     ("f16-flush-in", Case("bug", kv_len=20, dtype="f16", v_magnitude=1e-5), "fail",
      "error above tolerance"),
+    ("fp-rounding-left-up", Case("bug", kv_len=20), "fail", "floating-point environment"),
 ]
 
 
@@ -212,6 +219,8 @@ def variants(tmp_path_factory):
                               " for (int64_t h = 0; h < a->n_heads; h++)"
                               " for (int64_t d = 0; d < D; d++)"
                               " store(&a->q, b, i, h, d, load(&a->q, b, i, h, d) * scale);")
+        if name.startswith("fp-"):
+            src = "#include <fenv.h>\n" + src
         if name == "additive-causal":  # hidden slots' scores get -inf instead of being skipped
             add = "if (a->mask) s += a->mask[i * a->mask_row_stride + j];"
             src = src.replace(add, add + "\n          if (j >= lim_) s += -INFINITY;")
@@ -526,3 +535,38 @@ def test_fixed_row_buffer_is_caught_by_head_dim_512(tmp_path):
     recs = {r["case"]: r for r in json.loads(out.read_text())["records"]}
     assert recs["hdim-h4gqa2-q2-kv70-d512-f32"]["status"] in ("crash", "fail"), recs
     assert all(r["status"] == "pass" for c, r in recs.items() if "-d512-" not in c), recs
+
+
+FTZ_ON = "_mm_setcsr(_mm_getcsr() | 0x8040); /* FTZ + DAZ */\n  int st = sdpa_validate_args(a);"
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="MXCSR is x86's")
+@pytest.mark.parametrize("restore", [False, True], ids=["left-on", "restored"])
+def test_flush_to_zero_must_be_restored(tmp_path, restore):
+    """FTZ / DAZ switched on for speed: an error only if the caller gets it back so.
+    Either way the harness puts the environment back for the cases after."""
+    src = "#include <xmmintrin.h>\n" + SRC.replace("int st = sdpa_validate_args(a);", FTZ_ON)
+    if restore:
+        src = src.replace("int sdpa_forward(const sdpa_args *a) {",
+                          "static int forward_(const sdpa_args *a);\n"
+                          "int sdpa_forward(const sdpa_args *a) {\n"
+                          "  unsigned csr = _mm_getcsr();\n  int r = forward_(a);\n"
+                          "  _mm_setcsr(csr);\n  return r;\n}\n"
+                          "static int forward_(const sdpa_args *a) {")
+    path = tmp_path / f"ftz_{restore}.c"
+    path.write_text(src)
+    case = Case("bug", kv_len=20)
+    before = native.fp_control()
+    rec = run_one(NativeBackend("ftz", load_user_kernel(path)), case, prepare_case(case))
+    assert native.fp_control() == before
+    if restore:
+        assert rec["status"] == "pass", rec
+    else:
+        assert rec["status"] == "fail"
+        assert "flush-to-zero on" in rec["reason"] and "denormals-are-zero on" in rec["reason"]
+
+
+def test_fp_change_is_described_in_words():
+    msg = native.describe_fp_change(0x037F << 32 | 0x1F80, 0x037F << 32 | 0x5F80)
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert "rounding to nearest -> up" in msg and "0x1f80 -> 0x5f80" in msg

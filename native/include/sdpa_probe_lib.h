@@ -59,6 +59,10 @@ int sdpa_probe_default_threads(void);
 int64_t sdpa_probe_align_up(int64_t x, int64_t a); /* a a power of two > 0; -1 otherwise */
 void sdpa_probe_alloc_stats(int64_t *count, int64_t *bytes);
 void sdpa_probe_alloc_reset(void);
+/* The calling thread's floating-point control state (x86: MXCSR control bits and the
+ * x87 control word; AArch64: FPCR; else the rounding mode), and its restore. */
+int64_t sdpa_probe_fp_control(void);
+void sdpa_probe_fp_control_set(int64_t v);
 
 /* Guarded allocation, opt-in (scratch-sizing checks). While on, every
  * sdpa_probe_malloc block gets a front and a tail canary and a filled body; on
