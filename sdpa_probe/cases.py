@@ -228,6 +228,15 @@ def _default() -> list[Case]:
                    n_heads=4, n_kv_heads=2))
     cs.append(Case("masked-rows", q_len=3, kv_len=70, mask="rows:first", dtype="f16",
                    n_heads=4, n_kv_heads=2))
+    # NaN in visible inputs (K, V and Q; int8: their scales): the rows that read one are
+    # NaN, the rest finite
+    cs.append(Case("nan", kv_len=2 * X512_KV_BLOCK + 5, mask="nan-inputs", n_heads=12,
+                   n_kv_heads=3, dtype="i8"))
+    for dt in ("f32", "f16"):
+        cs.append(Case("nan", q_len=3, kv_len=100, causal=True, start_pos=97, mask="nan-inputs",
+                       n_heads=6, n_kv_heads=3, dtype=dt))
+        cs.append(Case("nan", kv_len=2 * X512_KV_BLOCK + 5, mask="nan-inputs", n_heads=12,
+                       n_kv_heads=3, dtype=dt))
     # sliding window, wrapped ring and attention sinks over caches out of position order
     cs.append(Case("window", q_len=4, kv_len=300, mask="window:100", causal=True,
                    start_pos=296, n_heads=4, n_kv_heads=2))

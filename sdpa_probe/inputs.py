@@ -29,7 +29,7 @@ NAN_BITS = {np.dtype(np.float32): (np.uint32, 0x7FC00000),
             np.dtype(np.float16): (np.uint16, 0x7E00), np.dtype(np.uint16): (np.uint16, 0x7FC0)}
 
 MASKS = ("none", "random", "rows:first", "rows:middle", "rows:last", "rows:block", "rows:far",
-         "rows:negfinite", "window:W", "ring:W", "sink:S:W", "constant-token")
+         "rows:negfinite", "window:W", "ring:W", "sink:S:W", "constant-token", "nan-inputs")
 
 
 @dataclasses.dataclass
@@ -63,7 +63,7 @@ def _ring_positions(kv_len: int, last_pos: int, sink: int = 0) -> np.ndarray:
 
 def make_mask(case: Case, rng: np.random.Generator) -> np.ndarray | None:
     Lq, Lkv, r = case.q_len, case.kv_len, case.mask
-    if r in ("none", "constant-token"):
+    if r in ("none", "constant-token", "nan-inputs"):
         return None
     if r == "random":
         m = rng.standard_normal((Lq, Lkv)).astype(np.float32)
@@ -288,6 +288,24 @@ def _poison_future_slots(store, first: int) -> None:
         store[:, first:] = np.nan
 
 
+def _nan_sites(case: Case) -> list[tuple[str, int, int, int]]:
+    """Where the nan-inputs recipe puts its NaN, as (tensor, position, head, dim): one
+    element of K (kv head 0) and of V (kv head 1), each at a key every row sees, and
+    one of Q (row 0 of the last head). The rows that read one are NaN, as in torch;
+    the last kv head's other rows stay finite, so a kernel that gives NaN everywhere
+    fails too. A kernel whose running max passes over NaN (`if (s > mx) mx = s`) takes
+    a row whose every score is NaN for one that sees no key and gives zeros. int8
+    values cannot be NaN: there the token's scale is. (Keys hidden from only some
+    rows are left alone: whether NaN + -inf reaches such a row is a matter of
+    convention, and torch's math and flash paths differ.)"""
+    if case.n_kv_heads < 3:
+        raise ValueError("nan-inputs: at least 3 kv heads (one of them left clean)")
+    seen = min(case.start_pos + 1, case.kv_len) if case.causal else case.kv_len
+    D = case.head_dim
+    return [("k", seen // 2, 0, 5 % D), ("v", seen // 3, 1, 7 % D),
+            ("q", 0, case.n_heads - 1, 3 % D)]
+
+
 def materialise(case: Case) -> CaseData:
     rng = np.random.default_rng([case.seed, 0x5D9A])
     B, Lq, H, Hkv, D, Lkv = (case.batch, case.q_len, case.n_heads, case.n_kv_heads,
@@ -295,6 +313,10 @@ def materialise(case: Case) -> CaseData:
     q = rng.standard_normal((B, Lq, H, D)) * case.magnitude
     k = rng.standard_normal((B, Lkv, Hkv, D)) * case.magnitude
     v = rng.standard_normal((B, Lkv, Hkv, D)) * case.v_magnitude
+    nan_sites = _nan_sites(case) if case.mask == "nan-inputs" else []
+    if case.dtype != "i8":
+        for name, j, h, d in nan_sites:
+            {"q": q, "k": k, "v": v}[name][:, j, h, d] = np.nan
     if case.mask == "constant-token" and Lkv > 5:
         k[:, 3] = 0.75      # a constant token: zero quantization range
         v[:, 5] = -1.25
@@ -305,6 +327,12 @@ def materialise(case: Case) -> CaseData:
     q_real, q_store = _store(q, case.dtype, lq, 0, sym)
     k_real, k_store = _store(k, case.dtype, lk, KV_SLACK, sym)
     v_real, v_store = _store(v, case.dtype, lv, KV_SLACK, sym)
+    if case.dtype == "i8":  # the token's scale, and so all its real values
+        stored = {"q": (q_real, q_store), "k": (k_real, k_store), "v": (v_real, v_store)}
+        for name, j, h, _d in nan_sites:
+            real, store = stored[name]
+            store.scale[:, j, h] = np.nan
+            real[:, j, h, :] = np.nan
     if case.causal:  # cache slots no row can see: stale or never written in a real cache
         _poison_future_slots(k_store, case.start_pos + Lq)
         _poison_future_slots(v_store, case.start_pos + Lq)

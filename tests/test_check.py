@@ -167,6 +167,9 @@ BUGS = {
     # the call rounds up); the output itself is within tolerance
     "fp-rounding-left-up": ("int st = sdpa_validate_args(a);",
                             "fesetround(FE_UPWARD);\n  int st = sdpa_validate_args(a);"),
+    # the running max blind to NaN (s > mx is false for it): a row whose every score is
+    # NaN (a NaN in its query) looks unseen and gives zeros, hiding the corruption
+    "nan-row-unseen": ("if (s > mx || s != s) mx = s;", "if (s > mx) mx = s;"),
     # causal as an additive -inf over every slot's score: stale cache slots reach P.V
     "additive-causal": (
         "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
@@ -188,7 +191,7 @@ EXPECT = [
      "fully masked rows"),
     ("no-write", Case("bug", kv_len=20), "fail", "never written"),
     ("over-read", Case("bug", kv_len=20), "fail", "NaN"),
-    ("unit-dim-stride", Case("bug", kv_len=20, layout="dmajor"), "fail", "error above tolerance"),
+    ("unit-dim-stride", Case("bug", kv_len=20, layout="dmajor"), "fail", "NaN in"),
     ("additive-causal", Case("bug", q_len=3, kv_len=60, causal=True, start_pos=20), "fail",
      "NaN in"),
     ("mask-stride-is-kv", Case("bug", q_len=3, kv_len=20, mask="random"), "fail", "NaN in"),
@@ -200,6 +203,9 @@ EXPECT = [
     ("f16-flush-in", Case("bug", kv_len=20, dtype="f16", v_magnitude=1e-5), "fail",
      "error above tolerance"),
     ("fp-rounding-left-up", Case("bug", kv_len=20), "fail", "floating-point environment"),
+    ("nan-row-unseen", Case("bug", q_len=3, kv_len=100, causal=True, start_pos=97,
+                            mask="nan-inputs", n_heads=6, n_kv_heads=3), "fail",
+     "finite output where the reference is NaN"),
 ]
 
 

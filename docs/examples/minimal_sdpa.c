@@ -100,7 +100,7 @@ int sdpa_forward(const sdpa_args *a) {
           s *= scale;
           if (a->mask) s += a->mask[i * a->mask_row_stride + j];
           p[j] = s;
-          if (s > mx) mx = s;
+          if (s > mx || s != s) mx = s; /* a NaN sticks: the row is NaN, not unseen */
         }
         memset(acc, 0, (size_t)D * sizeof(float));
         float sum = 0.0f;

@@ -111,7 +111,7 @@ void heads(const sdpa_args &a, int64_t h0, int64_t h1) {
           s *= scale;
           if (a.mask) s += a.mask[i * a.mask_row_stride + j];
           p[size_t(j)] = s;
-          mx = std::max(mx, s);
+          if (s > mx || std::isnan(s)) mx = s;  // a NaN sticks: the row is NaN, not unseen
         }
         std::fill(acc.begin(), acc.end(), 0.0f);
         if (mx != -INFINITY) {  // else: no visible key, the row stays zero

@@ -77,10 +77,10 @@ static void visit_range(const sdpa_args *a, int64_t b, int64_t i, int64_t hk, co
       for (int64_t d = 0; d < D; d++) s += q[d] * elem(&a->k, b, j, hk, d);
       if (a->mask) s += a->mask[i * a->mask_row_stride + j];
       p[j - j0] = s;
-      if (s > bm) bm = s;
+      if (s > bm || s != s) bm = s; /* a NaN sticks: the row is NaN, not unseen */
     }
     if (bm == -INFINITY) continue; /* every key of the block masked: nothing to add */
-    const float mn = bm > st->m ? bm : st->m;
+    const float mn = bm > st->m || bm != bm ? bm : st->m;
     const float alpha = exp2f((st->m - mn) * LOG2E); /* 0 while the state is empty */
     st->l *= alpha;
     for (int64_t d = 0; d < D; d++) st->acc[d] *= alpha;
@@ -119,7 +119,7 @@ int sdpa_forward(const sdpa_args *a) {
         /* merge the partial states on their common max */
         float M = -INFINITY, L = 0.0f;
         for (int s = 0; s < SPLITS; s++)
-          if (part[s].m > M) M = part[s].m;
+          if (part[s].m > M || part[s].m != part[s].m) M = part[s].m;
         memset(out, 0, (size_t)D * sizeof(float));
         if (M != -INFINITY) { /* else: no visible key, the row stays zero */
           for (int s = 0; s < SPLITS; s++) {
