@@ -57,6 +57,7 @@ class Case:
     #                           smallest normal: subnormals a flushing conversion zeroes)
     quant: str = "asym"       # i8: asym (a zero point per token) | sym (zero_point NULL)
     n_threads: int = 1
+    callers: int = 1          # threads calling the kernel at once, each its own inputs
     seed: int = 0
 
     def __post_init__(self):
@@ -68,6 +69,8 @@ class Case:
             raise ValueError(f"quant {self.quant!r}: asym, or sym with dtype i8")
         if self.n_heads % self.n_kv_heads:
             raise ValueError("n_heads must be a multiple of n_kv_heads")
+        if self.callers < 1:
+            raise ValueError("callers must be at least 1")
         if self.layout == "far" and self.batch < 2:
             raise ValueError("layout far needs batch >= 2 (batch 1 is the far one)")
 
@@ -99,6 +102,8 @@ class Case:
             parts.append(self.quant)
         if self.n_threads != 1:
             parts.append(f"t{self.n_threads}")
+        if self.callers != 1:
+            parts.append(f"c{self.callers}")
         if self.seed:
             parts.append(f"s{self.seed}")
         return "-".join(p for p in parts if p)
@@ -321,6 +326,11 @@ def _default() -> list[Case]:
         cs.append(Case("threads", q_len=1, kv_len=1030, n_threads=t, n_heads=8, n_kv_heads=2))
         cs.append(Case("threads", batch=2, q_len=33, kv_len=100, n_threads=t, causal=True,
                        start_pos=67, n_heads=4, n_kv_heads=2))
+    # two threads calling the kernel at once, each with its own inputs and output: a
+    # kernel with static scratch, or a non-reentrant pool or cache, mixes their rows
+    cs.append(Case("threads", q_len=1, kv_len=1030, n_heads=8, n_kv_heads=2, callers=2))
+    cs.append(Case("threads", q_len=9, kv_len=100, causal=True, start_pos=91, n_heads=4,
+                   n_kv_heads=2, dtype="i8", n_threads=2, callers=2))
     return cs
 
 

@@ -68,6 +68,64 @@ def prepare_case(case: Case, golden=None) -> Prepared:
 
 def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> dict:
     """Run one backend on one prepared case; returns its record."""
+    if case.callers > 1:
+        return _run_concurrent(backend, case, prep, keep_output)
+    return _attempt(backend, case, prep, keep_output)
+
+
+# Rounds of simultaneous calls a concurrent case makes (each caller its own inputs)
+CONCURRENT_ROUNDS = 8
+
+
+def _run_concurrent(backend, case: Case, prep: Prepared, keep_output: bool) -> dict:
+    """case.callers threads call the backend at once, CONCURRENT_ROUNDS times, each
+    with its own inputs (caller k: seed + 7919 k, its reference computed live, as
+    the golden data holds only the case's own) and its own output; the first
+    caller's last record if every call passes, else the first failure, saying
+    which call it was."""
+    import threading
+
+    solo = dataclasses.replace(case, callers=1)
+    preps = [prep] + [prepare_case(dataclasses.replace(solo, seed=case.seed + 7919 * k))
+                      for k in range(1, case.callers)]
+    barrier = threading.Barrier(case.callers)
+    found: list = [None] * case.callers
+
+    def start_together() -> None:
+        try:
+            barrier.wait(timeout=30)
+        except threading.BrokenBarrierError:  # a caller stopped: go on unsynchronised
+            pass
+
+    def caller(k: int) -> None:
+        try:
+            for r in range(CONCURRENT_ROUNDS):
+                rec = _attempt(backend, case, preps[k], keep_output and k == 0,
+                               before_call=start_together, ref_case=solo)
+                found[k] = (r, rec)
+                if rec["status"] != "pass":
+                    return
+        finally:
+            barrier.abort()
+
+    threads = [threading.Thread(target=caller, args=(k,)) for k in range(case.callers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k, (r, rec) in enumerate(found):
+        if rec["status"] != "pass":
+            if rec["status"] in ("fail", "error"):
+                rec["reason"] = (f"with {case.callers} concurrent calls (caller {k + 1}, round "
+                                 f"{r + 1} of {CONCURRENT_ROUNDS}): {rec['reason']}")
+            return rec
+    return found[0][1]
+
+
+def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
+             before_call=None, ref_case: Case | None = None) -> dict:
+    """One call and its verdict (ref_case: the case whose tolerance applies, when
+    `case` is a concurrent one)."""
     from .backends import Unsupported, describe_failure
     from .errors import KernelError
     from .inputs import InputGuard, out_buffer
@@ -77,6 +135,8 @@ def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> d
     rec = base_record(backend.name, case)
     out = out_buffer(case)
     guard = InputGuard(prep.data)
+    if before_call is not None:
+        before_call()
     fp_before = fp_control()
     fp_changed = None
     t0 = time.perf_counter()
@@ -99,7 +159,7 @@ def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> d
                    seconds=time.perf_counter() - t0)
         return rec
     rec["seconds"] = time.perf_counter() - t0
-    v = judge(case, prep.ref, out, prep.torch_err, inputs_written=guard.written(),
+    v = judge(ref_case or case, prep.ref, out, prep.torch_err, inputs_written=guard.written(),
               fp_changed=fp_changed)
     rec.update(v.as_dict())
     if keep_output:

@@ -576,3 +576,31 @@ def test_fp_change_is_described_in_words():
     msg = native.describe_fp_change(0x037F << 32 | 0x1F80, 0x037F << 32 | 0x5F80)
     if platform.machine() in ("x86_64", "AMD64"):
         assert "rounding to nearest -> up" in msg and "0x1f80 -> 0x5f80" in msg
+
+
+def test_static_scratch_is_caught_by_concurrent_callers(tmp_path):
+    """The example with its score buffer static (one per process, not per call): right
+    whenever it is called from one thread, wrong when two callers share it."""
+    old = "float *p = malloc((size_t)(kv > 0 ? kv : 1) * sizeof(float));"
+    assert SRC.count(old) == 1 and SRC.count("free(p);") == 2
+    src = SRC.replace(old, "static float p_[1 << 16];\n  float *p = kv <= (1 << 16) ? p_ : NULL;")
+    path = tmp_path / "static_scratch.c"
+    path.write_text(src.replace("free(p);", ""))
+    backend = NativeBackend("static", load_user_kernel(path))
+    for case in suite("default"):
+        if case.family == "threads" and case.dtype == "f32":
+            rec = run_one(backend, case, prepare_case(case))
+            if case.callers == 1:
+                assert rec["status"] == "pass", rec
+            else:
+                assert rec["status"] == "fail", rec
+                assert "with 2 concurrent calls" in rec["reason"], rec["reason"]
+
+
+def test_concurrent_callers_each_get_their_own_inputs():
+    case = next(c for c in suite("default") if c.callers > 1 and c.dtype == "f32")
+    assert case.id.endswith("-c2")
+    rec = run_one(NativeBackend("flash"), case, prepare_case(case))
+    assert rec["status"] == "pass", rec
+    with pytest.raises(ValueError, match="callers"):
+        Case("x", callers=0)
