@@ -58,6 +58,7 @@ class Case:
     quant: str = "asym"       # i8: asym (a zero point per token) | sym (zero_point NULL)
     n_threads: int = 1
     callers: int = 1          # threads calling the kernel at once, each its own inputs
+    stack_kib: int = 0        # > 0: called from a thread with a stack this small
     seed: int = 0
 
     def __post_init__(self):
@@ -71,6 +72,8 @@ class Case:
             raise ValueError("n_heads must be a multiple of n_kv_heads")
         if self.callers < 1:
             raise ValueError("callers must be at least 1")
+        if self.stack_kib and self.stack_kib < 64:
+            raise ValueError("stack_kib: 0 (the default stack) or at least 64")
         if self.layout == "far" and self.batch < 2:
             raise ValueError("layout far needs batch >= 2 (batch 1 is the far one)")
 
@@ -104,6 +107,8 @@ class Case:
             parts.append(f"t{self.n_threads}")
         if self.callers != 1:
             parts.append(f"c{self.callers}")
+        if self.stack_kib:
+            parts.append(f"stack{self.stack_kib}k")
         if self.seed:
             parts.append(f"s{self.seed}")
         return "-".join(p for p in parts if p)
@@ -331,6 +336,9 @@ def _default() -> list[Case]:
     cs.append(Case("threads", q_len=1, kv_len=1030, n_heads=8, n_kv_heads=2, callers=2))
     cs.append(Case("threads", q_len=9, kv_len=100, causal=True, start_pos=91, n_heads=4,
                    n_kv_heads=2, dtype="i8", n_threads=2, callers=2))
+    # called from a thread with a 256 KiB stack, 100,000 keys: a kernel with a kv_len-long
+    # array on its stack (a VLA, alloca) overflows it
+    cs.append(Case("threads", q_len=1, kv_len=100_000, n_heads=4, n_kv_heads=1, stack_kib=256))
     return cs
 
 

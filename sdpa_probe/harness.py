@@ -70,7 +70,26 @@ def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> d
     """Run one backend on one prepared case; returns its record."""
     if case.callers > 1:
         return _run_concurrent(backend, case, prep, keep_output)
+    if case.stack_kib:
+        return _on_small_stack(case.stack_kib, lambda: _attempt(backend, case, prep, keep_output))
     return _attempt(backend, case, prep, keep_output)
+
+
+def _on_small_stack(kib: int, fn):
+    """fn() on a new thread whose stack is `kib` KiB: what a runtime's worker thread
+    may give a kernel (macOS: 512 KiB, threads of embedded runtimes less). A kernel
+    that puts a kv_len-long array on its stack overflows it (a crash, in a worker)."""
+    import threading
+
+    out: list = []
+    old = threading.stack_size(kib * 1024)
+    try:
+        t = threading.Thread(target=lambda: out.append(fn()))
+        t.start()
+    finally:
+        threading.stack_size(old)
+    t.join()
+    return out[0]
 
 
 # Rounds of simultaneous calls a concurrent case makes (each caller its own inputs)

@@ -588,7 +588,7 @@ def test_static_scratch_is_caught_by_concurrent_callers(tmp_path):
     path.write_text(src.replace("free(p);", ""))
     backend = NativeBackend("static", load_user_kernel(path))
     for case in suite("default"):
-        if case.family == "threads" and case.dtype == "f32":
+        if case.family == "threads" and case.dtype == "f32" and not case.stack_kib:
             rec = run_one(backend, case, prepare_case(case))
             if case.callers == 1:
                 assert rec["status"] == "pass", rec
@@ -604,3 +604,20 @@ def test_concurrent_callers_each_get_their_own_inputs():
     assert rec["status"] == "pass", rec
     with pytest.raises(ValueError, match="callers"):
         Case("x", callers=0)
+
+
+def test_stack_array_of_kv_len_is_caught_by_a_small_caller_stack(tmp_path):
+    """The example with its scores in a VLA (kv_len floats on the stack): fine on a
+    main thread's 8 MiB, an overflow on a 256 KiB worker thread (a crash, in its
+    worker process) with 100,000 keys."""
+    old = "float *p = malloc((size_t)(kv > 0 ? kv : 1) * sizeof(float));"
+    src = SRC.replace(old, "float p_[kv > 0 ? kv : 1];\n  float *p = p_;").replace("free(p);", "")
+    path = tmp_path / "vla.c"
+    path.write_text(src)
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["check", "--kernel", str(path), "-k", "threads-", "--json", str(out)])
+    assert res.exit_code == 1, res.output
+    recs = {r["case"]: r for r in json.loads(out.read_text())["records"]}
+    small = [c for c in recs if c.endswith("-stack256k")]
+    assert small and all(recs[c]["status"] == "crash" for c in small), recs
+    assert all(r["status"] == "pass" for c, r in recs.items() if c not in small), recs
