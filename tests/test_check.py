@@ -496,19 +496,28 @@ def test_check_cxx_example_kernel_via_cli():
     assert res.exit_code == 0, res.output
 
 
+def _cli_records(tmp_path, name: str, src: str, *filters: str) -> dict:
+    """`probe check --kernel` on a broken copy of the example (in worker processes, so
+    a crash is a record), the given -k filters; its records by case id (exit code 1)."""
+    path = tmp_path / name
+    path.write_text(src)
+    out = tmp_path / "r.json"
+    args = ["check", "--kernel", str(path), "--json", str(out)]
+    for f in filters:
+        args += ["-k", f]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 1, res.output
+    return {r["case"]: r for r in json.loads(out.read_text())["records"]}
+
+
 def test_int32_offsets_are_caught_by_the_far_layout(tmp_path):
     """The example with its element offset in int: right on every other case, but batch 1
     of the far layout lies 2^31 + 4096 elements on, so the truncated offset points
     gigabytes before the tensor (a crash, in its worker) or at the wrong element."""
     old = "int64_t off = b * t->stride[0] + s * t->stride[1] + h * t->stride[2] + d * t->stride[3];"
     assert SRC.count(old) == 2
-    src = tmp_path / "int_offsets.c"
-    src.write_text(SRC.replace(old, old.replace("int64_t off", "int off")))
-    out = tmp_path / "r.json"
-    res = runner.invoke(app, ["check", "--kernel", str(src), "-k", "far", "-k", "layout-h4",
-                              "--json", str(out)])
-    assert res.exit_code == 1, res.output
-    recs = {r["case"]: r for r in json.loads(out.read_text())["records"]}
+    recs = _cli_records(tmp_path, "int_offsets.c",
+                        SRC.replace(old, old.replace("int64_t off", "int off")), "far", "layout-h4")
     far = [r for c, r in recs.items() if c.endswith("-far")]
     assert len(far) == 3 and all(r["status"] in ("crash", "fail") for r in far), far
     assert all(r["status"] == "pass" for c, r in recs.items() if "-far" not in c), recs
@@ -533,12 +542,7 @@ def test_fixed_row_buffer_is_caught_by_head_dim_512(tmp_path):
     src = SRC.replace(old, "float acc_[256];\n  float *acc = acc_;")
     src = src.replace("free(acc);", "")
     assert src.count("acc_") == 2
-    path = tmp_path / "acc256.c"
-    path.write_text(src)
-    out = tmp_path / "r.json"
-    res = runner.invoke(app, ["check", "--kernel", str(path), "-k", "hdim-", "--json", str(out)])
-    assert res.exit_code == 1, res.output
-    recs = {r["case"]: r for r in json.loads(out.read_text())["records"]}
+    recs = _cli_records(tmp_path, "acc256.c", src, "hdim-")
     assert recs["hdim-h4gqa2-q2-kv70-d512-f32"]["status"] in ("crash", "fail"), recs
     assert all(r["status"] == "pass" for c, r in recs.items() if "-d512-" not in c), recs
 
@@ -612,12 +616,7 @@ def test_stack_array_of_kv_len_is_caught_by_a_small_caller_stack(tmp_path):
     worker process) with 100,000 keys."""
     old = "float *p = malloc((size_t)(kv > 0 ? kv : 1) * sizeof(float));"
     src = SRC.replace(old, "float p_[kv > 0 ? kv : 1];\n  float *p = p_;").replace("free(p);", "")
-    path = tmp_path / "vla.c"
-    path.write_text(src)
-    out = tmp_path / "r.json"
-    res = runner.invoke(app, ["check", "--kernel", str(path), "-k", "threads-", "--json", str(out)])
-    assert res.exit_code == 1, res.output
-    recs = {r["case"]: r for r in json.loads(out.read_text())["records"]}
+    recs = _cli_records(tmp_path, "vla.c", src, "threads-")
     small = [c for c in recs if c.endswith("-stack256k")]
     assert small and all(recs[c]["status"] == "crash" for c in small), recs
     assert all(r["status"] == "pass" for c, r in recs.items() if c not in small), recs
