@@ -219,6 +219,11 @@ def _default() -> list[Case]:
     for q, kv, sp in ((1, 100, 99), (4, 100, 96), (7, 135, 128), (3, 60, 0), (5, 80, 40)):
         cs.append(Case("causal", q_len=q, kv_len=kv, causal=True, start_pos=sp,
                        n_heads=4, n_kv_heads=2))
+    # a start_pos with is_causal off: every key visible to every row (a kernel that takes
+    # a given start_pos for a causal edge hides the keys past it)
+    cs.append(Case("causal", q_len=4, kv_len=100, start_pos=40, n_heads=4, n_kv_heads=2))
+    cs.append(Case("causal", q_len=1, kv_len=X512_KV_BLOCK * 2 + 3, start_pos=20, dtype="f16",
+                   n_heads=8, n_kv_heads=2))
     # additive masks, with and without causal
     cs.append(Case("mask", q_len=6, kv_len=140, mask="random", n_heads=4, n_kv_heads=2))
     cs.append(Case("mask", q_len=6, kv_len=140, mask="random", causal=True, start_pos=134,

@@ -128,6 +128,11 @@ BUGS = {
         "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
         "if (a->is_causal && i + 1 < n) n = i + 1;"),
     "gqa-modulo": ("const int64_t hk = h / group;", "const int64_t hk = h % a->n_kv_heads;"),
+    # a given start_pos taken for a causal edge although is_causal is off
+    "start-pos-implies-causal": (
+        "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
+        "if ((a->is_causal || a->start_pos > 0) && a->start_pos + i + 1 < n)"
+        " n = a->start_pos + i + 1;"),
     "drop-partial-block": ("int64_t n = kv; ", "int64_t n = kv >= 64 ? kv / 64 * 64 : kv; "),
     "f16-accumulation": (
         "sum += w;",
@@ -182,6 +187,8 @@ EXPECT = [
     ("ignore-start-pos", Case("bug", q_len=3, kv_len=40, causal=True, start_pos=37), "fail",
      "error above tolerance"),
     ("gqa-modulo", Case("bug", n_heads=8, n_kv_heads=2, kv_len=20), "fail", "error above"),
+    ("start-pos-implies-causal", Case("bug", q_len=4, kv_len=100, start_pos=40), "fail",
+     "error above tolerance"),
     ("drop-partial-block", Case("bug", kv_len=129), "fail", "error above tolerance"),
     ("f16-accumulation", Case("bug", kv_len=2049, dtype="f16", n_heads=4, n_kv_heads=1), "fail",
      "error above tolerance"),
