@@ -243,6 +243,9 @@ def _default() -> list[Case]:
                    n_heads=4, n_kv_heads=2))
     cs.append(Case("masked-rows", q_len=3, kv_len=70, mask="rows:first", dtype="f16",
                    n_heads=4, n_kv_heads=2))
+    # an empty cache (kv_len 0, K and V NULL): every row sees no key, zeros; a kernel that
+    # reads a first key (a hoisted load, a scale) before its loop dereferences NULL
+    cs.append(Case("masked-rows", q_len=2, kv_len=0, n_heads=4, n_kv_heads=2))
     # NaN in visible inputs (K, V and Q; int8: their scales): the rows that read one are
     # NaN, the rest finite
     cs.append(Case("nan", kv_len=2 * X512_KV_BLOCK + 5, mask="nan-inputs", n_heads=12,

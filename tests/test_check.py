@@ -627,3 +627,13 @@ def test_stack_array_of_kv_len_is_caught_by_a_small_caller_stack(tmp_path):
     small = [c for c in recs if c.endswith("-stack256k")]
     assert small and all(recs[c]["status"] == "crash" for c in small), recs
     assert all(r["status"] == "pass" for c, r in recs.items() if c not in small), recs
+
+
+def test_a_hoisted_first_key_is_caught_by_an_empty_cache(tmp_path):
+    """The example reading key 0 before its loops (a hoisted load): right whenever there
+    is a key, a NULL dereference with kv_len 0 (K and V are NULL then)."""
+    old = "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;"
+    src = SRC.replace(old, old + "\n  volatile float k0_ = load(&a->k, 0, 0, 0, 0);\n  (void)k0_;")
+    recs = _cli_records(tmp_path, "first_key.c", src, "masked-rows-", "decode-h8gqa4-q1-kv1-")
+    assert recs["masked-rows-h4gqa2-q2-kv0-d64-f32"]["status"] == "crash", recs
+    assert all(r["status"] == "pass" for c, r in recs.items() if "-kv0-" not in c), recs
