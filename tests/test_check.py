@@ -637,3 +637,25 @@ def test_a_hoisted_first_key_is_caught_by_an_empty_cache(tmp_path):
     recs = _cli_records(tmp_path, "first_key.c", src, "masked-rows-", "decode-h8gqa4-q1-kv1-")
     assert recs["masked-rows-h4gqa2-q2-kv0-d64-f32"]["status"] == "crash", recs
     assert all(r["status"] == "pass" for c, r in recs.items() if "-kv0-" not in c), recs
+
+
+@pytest.mark.parametrize("columns,table", [("80", False), ("200", True)])
+def test_failures_list_on_a_narrow_console_table_on_a_wide_one(tmp_path, monkeypatch,
+                                                                columns, table):
+    """At 80 columns (a CI log) each failure is a line, its whole reason and its repro
+    below it; a table's reason column would be a word wide there."""
+    monkeypatch.setenv("COLUMNS", columns)
+    path = tmp_path / "gqa_modulo.c"
+    path.write_text(SRC.replace(*BUGS["gqa-modulo"]))
+    res = runner.invoke(app, ["check", "--kernel", str(path), "-k", "gqa-h8gqa4-q1"])
+    assert res.exit_code == 1, res.output
+    lines = res.output.splitlines()
+    head = [ln for ln in lines if ln.startswith("fail") and "gqa-h8gqa4-q1-kv129-d64-f32" in ln]
+    assert bool(head) is not table, res.output
+    if not table:
+        at = lines.index(head[0])
+        # (the head wraps before the long backend path, the reason after it, indented)
+        assert any(ln.startswith("        error above tolerance at") for ln in lines[at:at + 3])
+        assert "probe check --kernel" in "\n".join(lines[at + 2:at + 7])
+    else:
+        assert "reason / reproduce" in res.output

@@ -8,8 +8,11 @@ import time
 from pathlib import Path
 
 import typer
+from rich.console import Group
+from rich.padding import Padding
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from .. import native
 from ..backends import executorch_library
@@ -114,6 +117,26 @@ def _summary_table(records: list[dict], names: list[str]) -> Table:
                 row.append(f"[green]{run}/{run}[/]")
         t.add_row(fam, *row)
     return t
+
+
+# Below this console width the failures print as a list: in a table their reasons
+# wrap into a narrow column a word or two wide (a CI log is 80 columns)
+WIDE_FAILURES = 140
+
+
+def _failure_list(records: list[dict]) -> Group:
+    """Each failure as a status / case / backend line, its reason indented (free to wrap
+    at the console's width; an error's figures are in it) and its repro command."""
+    lines: list = [Text("failures", style="bold")]
+    for r in records:
+        if r["status"] not in FAILING:
+            continue
+        st = r["status"]
+        head = Text.assemble((f"{st:<8}", STATUS_STYLE[st]), r["case"], "  ",
+                             (r["backend"], "bold"))
+        lines += [head, Padding(Text(r["reason"]), (0, 0, 0, 8)),
+                  Padding(Text(r["repro"], style="dim"), (0, 0, 0, 8))]
+    return Group(*lines)
 
 
 def _failure_table(records: list[dict]) -> Table:
@@ -251,7 +274,8 @@ def check_command(
     if not out.json_mode:
         out.print(_summary_table(records, names))
         if any(r["status"] in FAILING for r in records):
-            out.print(_failure_table(records))
+            wide = out.out.width >= WIDE_FAILURES
+            out.print(_failure_table(records) if wide else _failure_list(records))
         s = summary(records)
         parts = [f"[{STATUS_STYLE[k_]}]{s[k_]} {k_}[/]" for k_ in STATUS_STYLE if s[k_]]
         extra = sum(r["family"] == "cache-sizing" for r in records)
