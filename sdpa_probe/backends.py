@@ -70,7 +70,8 @@ class TorchBackend:
         c = data.case
         if c.dtype not in TORCH_DTYPES:
             raise Unsupported(f"torch SDPA has no {c.dtype} path")
-        dt = TORCH_DTYPES[c.dtype]
+        # (a float query over an F16 cache: K and V cast up to Q's dtype, as a caller must)
+        dt = TORCH_DTYPES[c.out_dtype]
         if data.mask is not None and dt != torch.float32:
             finite = data.mask[np.isfinite(data.mask)]
             lim = torch.finfo(dt).max
@@ -132,13 +133,15 @@ class ExecutorchBackend:
         if start_pos < 0:
             raise Unsupported("custom_sdpa cannot express q_len > kv_len without causal")
         with torch.no_grad():
+            if c.dtype == "i8" and c.out_dtype != "i8":
+                raise Unsupported("custom_quantized_sdpa: float Q over an int8 cache not wired")
             if c.dtype == "i8":
                 def call():
                     return self._quantized(data, mask, is_causal, scale, start_pos)
             else:
                 if c.dtype not in TORCH_DTYPES:
                     raise Unsupported(c.dtype)
-                dt = TORCH_DTYPES[c.dtype]
+                dt = TORCH_DTYPES[c.out_dtype]  # (K and V cast up to a float Q's dtype)
                 q, k, v = (x.to(dt).contiguous() for x in (data.q, data.k, data.v))
 
                 def call():

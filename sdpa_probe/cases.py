@@ -56,6 +56,8 @@ class Case:
     v_magnitude: float = 1.0  # v is multiplied by this (F16 values and outputs below its
     #                           smallest normal: subnormals a flushing conversion zeroes)
     quant: str = "asym"       # i8: asym (a zero point per token) | sym (zero_point NULL)
+    q_dtype: str = ""         # Q's (and the output's) dtype when not K / V's: "f32", a
+    #                           float query over an F16 / BF16 / int8 cache (llama.cpp's)
     n_threads: int = 1
     callers: int = 1          # threads calling the kernel at once, each its own inputs
     stack_kib: int = 0        # > 0: called from a thread with a stack this small
@@ -70,6 +72,9 @@ class Case:
             raise ValueError(f"quant {self.quant!r}: asym, or sym with dtype i8")
         if self.n_heads % self.n_kv_heads:
             raise ValueError("n_heads must be a multiple of n_kv_heads")
+        if self.q_dtype not in ("", "f32") or (self.q_dtype and self.dtype == "f32"):
+            raise ValueError(f"q_dtype {self.q_dtype!r}: empty (dtype's), or f32 over a "
+                             "f16 / bf16 / i8 cache")
         if self.callers < 1:
             raise ValueError("callers must be at least 1")
         if self.stack_kib and self.stack_kib < 64:
@@ -103,6 +108,8 @@ class Case:
             parts.append(f"v{self.v_magnitude:g}")
         if self.quant != "asym":
             parts.append(self.quant)
+        if self.q_dtype:
+            parts.append(f"q{self.q_dtype}")
         if self.n_threads != 1:
             parts.append(f"t{self.n_threads}")
         if self.callers != 1:
@@ -117,6 +124,11 @@ class Case:
         return dataclasses.asdict(self)
 
     @property
+    def out_dtype(self) -> str:
+        """Q's and the output's storage dtype (int8 Q: an F32 output)."""
+        return self.q_dtype or self.dtype
+
+    @property
     def flops(self) -> int:
         """2 * (QK^T + PV) multiply-adds over every (query, key) pair."""
         return 4 * self.batch * self.n_heads * self.q_len * self.kv_len * self.head_dim
@@ -124,10 +136,10 @@ class Case:
     @property
     def bytes(self) -> int:
         """Unique bytes read (q, k, v) and written (out)."""
-        item = ITEMSIZE[self.dtype]
+        item, q_item = ITEMSIZE[self.dtype], ITEMSIZE[self.out_dtype]
         qo = self.batch * self.q_len * self.n_heads * self.head_dim
         kv = 2 * self.batch * self.kv_len * self.n_kv_heads * self.head_dim
-        return qo * item + kv * item + qo * (4 if self.dtype in ("f32", "i8") else item)
+        return qo * q_item + kv * item + qo * (4 if self.out_dtype in ("f32", "i8") else q_item)
 
 
 # ---- tolerances ----------------------------------------------------------------
@@ -149,10 +161,13 @@ SUBNORMAL_ULP = {"f32": 2.0 ** -149, "i8": 2.0 ** -149, "f16": 2.0 ** -24, "bf16
 
 
 def tolerance(case: Case) -> tuple[float, float]:
-    atol, rtol = BASE_TOL[case.dtype]
+    # (by Q's and the output's dtype: the cache's rounding is in the oracle's inputs, and
+    # a float query over an F16 cache is computed and returned in F32, as torch would
+    # after casting K and V up)
+    atol, rtol = BASE_TOL[case.out_dtype]
     atol *= math.sqrt(max(1.0, case.kv_len / 64.0))
     if case.v_magnitude != 1.0:
-        atol = max(atol * case.v_magnitude, SUBNORMAL_ULP[case.dtype])
+        atol = max(atol * case.v_magnitude, SUBNORMAL_ULP[case.out_dtype])
     return atol, rtol
 
 
@@ -302,6 +317,16 @@ def _default() -> list[Case]:
                    start_pos=67, n_heads=4, n_kv_heads=2))
     cs.append(Case("dtype", q_len=2, kv_len=70, dtype="i8", mask="constant-token",
                    n_heads=4, n_kv_heads=2))
+    # a float query (and output) over an F16 / BF16 / int8 cache, as llama.cpp and
+    # ExecuTorch's quantized cache run: Q's dtype is not K's
+    cs.append(Case("dtype", q_len=1, kv_len=KV_BLOCK + 1, dtype="f16", q_dtype="f32",
+                   n_heads=8, n_kv_heads=2))
+    cs.append(Case("dtype", q_len=9, kv_len=100, dtype="f16", q_dtype="f32", causal=True,
+                   start_pos=91, n_heads=4, n_kv_heads=2))
+    cs.append(Case("dtype", q_len=1, kv_len=KV_BLOCK + 1, dtype="bf16", q_dtype="f32",
+                   n_heads=8, n_kv_heads=2))
+    cs.append(Case("dtype", q_len=3, kv_len=100, dtype="i8", q_dtype="f32", causal=True,
+                   start_pos=97, n_heads=8, n_kv_heads=2))
     # symmetric int8 (no zero-point array: the ABI's NULL), decode and a causal prefill
     cs.append(Case("dtype", q_len=1, kv_len=KV_BLOCK + 1, dtype="i8", quant="sym"))
     cs.append(Case("dtype", q_len=9, kv_len=100, dtype="i8", causal=True, start_pos=91,

@@ -314,8 +314,8 @@ def materialise(case: Case) -> CaseData:
     k = rng.standard_normal((B, Lkv, Hkv, D)) * case.magnitude
     v = rng.standard_normal((B, Lkv, Hkv, D)) * case.v_magnitude
     nan_sites = _nan_sites(case) if case.mask == "nan-inputs" else []
-    if case.dtype != "i8":
-        for name, j, h, d in nan_sites:
+    for name, j, h, d in nan_sites:  # (in an int8 tensor: its token's scale, below)
+        if (case.out_dtype if name == "q" else case.dtype) != "i8":
             {"q": q, "k": k, "v": v}[name][:, j, h, d] = np.nan
     if case.mask == "constant-token" and Lkv > 5:
         k[:, 3] = 0.75      # a constant token: zero quantization range
@@ -324,13 +324,13 @@ def materialise(case: Case) -> CaseData:
     mask = _padded_rows(make_mask(case, rng), misaligned=case.layout == "offset")
     lq, lk, lv = tensor_layouts(case.layout)
     sym = case.quant == "sym"
-    q_real, q_store = _store(q, case.dtype, lq, 0, sym)
+    q_real, q_store = _store(q, case.out_dtype, lq, 0, sym)
     k_real, k_store = _store(k, case.dtype, lk, KV_SLACK, sym)
     v_real, v_store = _store(v, case.dtype, lv, KV_SLACK, sym)
-    if case.dtype == "i8":  # the token's scale, and so all its real values
-        stored = {"q": (q_real, q_store), "k": (k_real, k_store), "v": (v_real, v_store)}
-        for name, j, h, _d in nan_sites:
-            real, store = stored[name]
+    stored = {"q": (q_real, q_store), "k": (k_real, k_store), "v": (v_real, v_store)}
+    for name, j, h, _d in nan_sites:  # int8: the token's scale, and so all its real values
+        real, store = stored[name]
+        if isinstance(store, QuantTensor):
             store.scale[:, j, h] = np.nan
             real[:, j, h, :] = np.nan
     if case.causal:  # cache slots no row can see: stale or never written in a real cache
@@ -421,7 +421,7 @@ class OutBuffer:
 
 def out_buffer(case: Case) -> OutBuffer:
     B, Lq, H, D = case.batch, case.q_len, case.n_heads, case.head_dim
-    dt = np.dtype(OUT_NP[case.dtype])
+    dt = np.dtype(OUT_NP[case.out_dtype])
     g = GUARD_ELEMS
     layout = tensor_layouts(case.layout)[0]
     if layout == "qfused":

@@ -128,6 +128,16 @@ BUGS = {
         "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
         "if (a->is_causal && i + 1 < n) n = i + 1;"),
     "gqa-modulo": ("const int64_t hk = h / group;", "const int64_t hk = h % a->n_kv_heads;"),
+    # one dtype assumed for the call: Q read as K's (a float query over an F16 cache)
+    "q-read-as-kv-dtype": ("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
+                           "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n"
+                           "  sdpa_args a_ = *a;\n  if (a->kv_len > 0) a_.q.dtype = a->k.dtype;\n"
+                           "  a = &a_;"),
+    # Q rounded to the cache's F16 for the dot products (F16 x F16 products)
+    "q-rounded-to-kv-dtype": (
+        "s += load(&a->q, b, i, h, d) * load(&a->k, b, j, hk, d);",
+        "s += (a->k.dtype == SDPA_F16 ? f16_to_f32(f32_to_f16(load(&a->q, b, i, h, d)))"
+        " : load(&a->q, b, i, h, d)) * load(&a->k, b, j, hk, d);"),
     # a given start_pos taken for a causal edge although is_causal is off
     "start-pos-implies-causal": (
         "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
@@ -188,6 +198,9 @@ EXPECT = [
      "error above tolerance"),
     ("gqa-modulo", Case("bug", n_heads=8, n_kv_heads=2, kv_len=20), "fail", "error above"),
     ("start-pos-implies-causal", Case("bug", q_len=4, kv_len=100, start_pos=40), "fail",
+     "error above tolerance"),
+    ("q-read-as-kv-dtype", Case("bug", kv_len=20, dtype="f16", q_dtype="f32"), "fail", ""),
+    ("q-rounded-to-kv-dtype", Case("bug", kv_len=129, dtype="f16", q_dtype="f32"), "fail",
      "error above tolerance"),
     ("drop-partial-block", Case("bug", kv_len=129), "fail", "error above tolerance"),
     ("f16-accumulation", Case("bug", kv_len=2049, dtype="f16", n_heads=4, n_kv_heads=1), "fail",
