@@ -672,3 +672,14 @@ def test_failures_list_on_a_narrow_console_table_on_a_wide_one(tmp_path, monkeyp
         assert "probe check --kernel" in "\n".join(lines[at + 2:at + 7])
     else:
         assert "reason / reproduce" in res.output
+
+
+def test_skip_leaves_cases_out(tmp_path):
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["check", "-b", "flash", "-k", "threads", "--skip", "-c2",
+                              "--skip", "stack", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    ids = {r["case"] for r in json.loads(out.read_text())["records"]}
+    assert ids and all("threads" in i and "-c2" not in i and "stack" not in i for i in ids)
+    res = runner.invoke(app, ["check", "-b", "flash", "-k", "threads", "--skip", "threads"])
+    assert res.exit_code == 2 and "no case matches" in res.output

@@ -63,8 +63,13 @@ def _resolve_backends(backend: list[str] | None, kernel: Path | None, out: Outpu
     return seen
 
 
+def _wanted(case_id: str, k: list[str] | None, skip: list[str] | None) -> bool:
+    """-k: the id contains one of these; --skip: it contains none of those."""
+    return (not k or any(s in case_id for s in k)) and not any(s in case_id for s in skip or ())
+
+
 def _select_cases(suite_name: str, k: list[str] | None, dtype: list[str] | None,
-                  seed: int) -> list[Case]:
+                  seed: int, skip: list[str] | None = None) -> list[Case]:
     cases = suite(suite_name)
     if seed:
         cases = [dataclasses.replace(c, seed=c.seed + seed) for c in cases]
@@ -76,9 +81,7 @@ def _select_cases(suite_name: str, k: list[str] | None, dtype: list[str] | None,
         if bad:
             raise ProbeError(f"unknown dtype {sorted(bad)[0]!r}; known: {', '.join(DTYPES)}")
         cases = [c for c in cases if c.dtype in wanted]
-    if k:
-        cases = [c for c in cases if any(s in c.id for s in k)]
-    return cases
+    return [c for c in cases if _wanted(c.id, k, skip)]
 
 
 def _fmt(x, spec=".2e") -> str:
@@ -166,6 +169,10 @@ def check_command(
                                 help="Your kernel: a .c, .cpp or .so implementing sdpa_forward "
                                      "(native/include/sdpa_probe.h)."),
     k: list[str] = typer.Option(None, "-k", help="Only cases whose id contains this (repeatable)."),
+    skip: list[str] = typer.Option(None, "--skip",
+                                   help="Leave out cases whose id contains this (repeatable; "
+                                        "e.g. -c2 for a kernel not meant to be called from "
+                                        "two threads at once)."),
     dtype: list[str] = typer.Option(None, "--dtype", help="Only these storage dtypes: "
                                                           "f32,f16,bf16,i8."),
     suite_name: str = typer.Option("default", "--suite", help="smoke | default | full | "
@@ -218,7 +225,7 @@ def check_command(
     if suite_name in EXTRA_SUITES:
         cases: list[Case] = []
     else:
-        cases = _select_cases(suite_name, k, dtype, seed)
+        cases = _select_cases(suite_name, k, dtype, seed, skip)
     if not cases and suite_name not in EXTRA_SUITES:
         raise ProbeError("no case matches the filters")
     if not names:
@@ -254,9 +261,9 @@ def check_command(
             pool.run([(c, names) for c in cases], on_record)
         if suite_name in EXTRA_SUITES or (suite_name == "default" and golden_store is None
                                           and not dtype):
-            # -k filters these records by id too
+            # -k and --skip filter these records by id too
             records += [r for r in _cache_sizing_records(names, out)
-                        if not k or any(s_ in r["case"] for s_ in k)]
+                        if _wanted(r["case"], k, skip)]
     seconds = time.perf_counter() - t0
 
     order = {c.id: i for i, c in enumerate(cases)}
