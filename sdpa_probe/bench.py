@@ -886,6 +886,9 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         "load": load,
         "notes": notes,
         "crashed": crashed,
+        # kernels asked for (--kernel) that no shape timed: each declined or crashed on all
+        "untimed": [k.name for k in chosen or ()
+                    if not any(r["kernel"] == k.name for r in results)],
         "results": results,
     }
 

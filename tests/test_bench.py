@@ -245,8 +245,14 @@ def test_a_kernel_that_refuses_a_shape_is_left_out_with_the_reason(tmp_path):
     shape = bench.parse_shape("decode-h4kv2d64-kv128-f16")
     doc = bench.run([shape], kernels=[str(refuser)], peers=[], threads=1, rounds=1,
                     min_time=0.0, roofline=FAKE_ROOF)
-    assert doc["results"] == []
+    assert doc["results"] == [] and doc["untimed"] == ["user:refuser.c"]
     assert any("user:refuser.c returned SDPA_UNSUPPORTED" in n for n in doc["notes"])
+    # the command: nothing timed for a kernel asked for is a usage error, not a result
+    res = CliRunner().invoke(app, ["bench", "--kernel", str(refuser), "--vs", "flash",
+                                   "--shape", "decode-h4kv2d64-kv128-f32", "--rounds", "1",
+                                   "--min-time", "0"])
+    assert res.exit_code == 2, res.output
+    assert "user:refuser.c took none of the shapes" in res.output
     doc = bench.run([shape], peers=[str(refuser), "quant_int8"], threads=1, rounds=1,
                     min_time=0.0, roofline=FAKE_ROOF)
     (r,) = doc["results"]
