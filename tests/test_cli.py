@@ -53,12 +53,22 @@ def test_run_checks_and_times_one_shape():
     assert doc["status"] == "pass" and doc["median_us"] > 0 and doc["bytes"] > 0
 
 
+def test_run_a_float_query_over_an_f16_cache():
+    res = runner.invoke(app, ["run", "flash", "--dtype", "f16", "--q-dtype", "f32", "--heads", "8",
+                              "--kv-heads", "2", "--kv-len", "200", "--repeat", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["status"] == "pass" and doc["case"].endswith("-qf32-t0")
+
+
 @pytest.mark.parametrize("argv,msg", [
     (["run", "nosuch"], "unknown kernel"),
     (["run", "--heads", "6", "--kv-heads", "4"], "not a multiple"),
     (["run", "--kv-len", "-1"], "--kv-len must be >= 0"),
     (["run", "--head-dim", "0"], "--head-dim must be >= 1"),
     (["run", "--dtype", "f64"], "unknown dtype"),
+    (["run", "--q-dtype", "f32"], "--q-dtype 'f32': f32"),
+    (["run", "--dtype", "f16", "--q-dtype", "f16"], "over a f16, bf16 or i8 cache"),
 ])
 def test_run_bad_input(argv, msg):
     res = runner.invoke(app, argv)

@@ -17,7 +17,8 @@ from .output import Output
 
 
 def shape_case(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
-               dtype: str, causal: bool, start_pos: int, threads: int, seed: int) -> Case:
+               dtype: str, causal: bool, start_pos: int, threads: int, seed: int,
+               q_dtype: str = "") -> Case:
     """A Case from command-line sizes, with one-line errors for impossible ones."""
     for name, val, lo in (("--batch", batch, 1), ("--heads", heads, 1), ("--kv-heads", kv_heads, 1),
                           ("--q-len", q_len, 1), ("--kv-len", kv_len, 0),
@@ -29,12 +30,15 @@ def shape_case(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, h
         raise ProbeError(f"--heads {heads} is not a multiple of --kv-heads {kv_heads}")
     if dtype not in DTYPES:
         raise ProbeError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+    if q_dtype and (q_dtype != "f32" or dtype == "f32"):
+        raise ProbeError(f"--q-dtype {q_dtype!r}: f32 (an F32 query and output) over a f16, "
+                         "bf16 or i8 cache")
     elems = batch * (q_len * heads * 2 + kv_len * kv_heads * 2) * head_dim
     if elems * 8 * 3 > 8 << 30:  # float64 oracle copies
         raise ProbeError(f"shape too large to check here: ~{elems * 24 / 2**30:.1f} GiB needed")
     return Case("run", batch=batch, n_heads=heads, n_kv_heads=kv_heads, q_len=q_len,
                 kv_len=kv_len, head_dim=head_dim, dtype=dtype, causal=causal,
-                start_pos=start_pos, n_threads=threads, seed=seed)
+                start_pos=start_pos, n_threads=threads, seed=seed, q_dtype=q_dtype)
 
 
 @command("run")
@@ -48,6 +52,9 @@ def run_command(
     kv_len: int = typer.Option(2048, "--kv-len"),
     head_dim: int = typer.Option(64, "--head-dim"),
     dtype: str = typer.Option("f32", "--dtype", help="f32, f16, bf16 or i8."),
+    q_dtype: str = typer.Option("", "--q-dtype",
+                                help="f32: an F32 query and output over the --dtype cache "
+                                     "(default: Q in --dtype too)."),
     causal: bool = typer.Option(False, "--causal/--no-causal"),
     start_pos: int = typer.Option(0, "--start-pos"),
     threads: int = typer.Option(0, "--threads", help="0: one per CPU."),
@@ -65,7 +72,7 @@ def run_command(
         native.get_kernel(kernel)
         name = kernel
     case = shape_case(batch, heads, kv_heads, q_len, kv_len, head_dim, dtype, causal,
-                      start_pos, threads, seed)
+                      start_pos, threads, seed, q_dtype)
     records: list[dict] = []
     WorkerPool(jobs=1, timeout=120).run([(case, [name])], records.append)
     rec = records[0]
