@@ -23,3 +23,8 @@ class SdpaUnsupported(KernelError):
 
 class SdpaInvalid(KernelError):
     status = 2
+
+
+class CaseUnavailable(Exception):
+    """This machine cannot build a case's inputs (e.g. the far layout's address space
+    under strict overcommit): every backend's record is `unsupported`, with the reason."""

@@ -20,6 +20,7 @@ import traceback
 from multiprocessing.connection import wait
 
 from .cases import Case
+from .errors import CaseUnavailable
 
 STATUSES = ("pass", "fail", "crash", "timeout", "unsupported", "error")
 
@@ -218,6 +219,13 @@ def _worker_main(conn, setup: dict) -> None:
         case = Case(**params)
         try:
             prep = prepare_case(case, golden=setup.get("golden"))
+        except CaseUnavailable as exc:
+            for name in names:
+                rec = base_record(name, case)
+                rec.update(status="unsupported", reason=f"not on this machine: {exc}")
+                conn.send(("rec", rec))
+            conn.send(("done",))
+            continue
         except Exception:
             err = traceback.format_exc(limit=3).strip().splitlines()[-1]
             for name in names:

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from .cases import KV_BLOCK, Q_BLOCK, Case
+from .errors import CaseUnavailable
 from .native import QuantTensor, _root_array
 
 KV_SLACK = 16      # cache slots past kv_len, NaN
@@ -187,9 +188,9 @@ def far_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     try:
         mm = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
                        | getattr(mmap, "MAP_NORESERVE", 0))
-    except (OSError, OverflowError) as exc:
-        raise MemoryError(f"layout far: cannot map {nbytes >> 30} GiB of address space "
-                          f"({exc})") from None
+    except (OSError, OverflowError) as exc:  # (strict overcommit ignores MAP_NORESERVE)
+        raise CaseUnavailable(f"layout far: cannot map {nbytes >> 30} GiB of address space "
+                              f"({exc})") from None
     flat = np.frombuffer(mm, dtype=dt)
     inner = np.empty(shape[1:], dtype=dt).strides  # C order within a batch
     return np.lib.stride_tricks.as_strided(flat, shape=shape,

@@ -683,3 +683,29 @@ def test_skip_leaves_cases_out(tmp_path):
     assert ids and all("threads" in i and "-c2" not in i and "stack" not in i for i in ids)
     res = runner.invoke(app, ["check", "-b", "flash", "-k", "threads", "--skip", "threads"])
     assert res.exit_code == 2 and "no case matches" in res.output
+
+
+def test_far_layout_without_the_address_space_is_unavailable(monkeypatch):
+    """Under strict overcommit (vm.overcommit_memory=2) MAP_NORESERVE is ignored and the
+    mapping fails: the case is unavailable here (its records `unsupported`), not an error."""
+    import mmap
+
+    from sdpa_probe.errors import CaseUnavailable
+    from sdpa_probe.inputs import far_empty
+
+    def refuse(*_a, **_k):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    with pytest.raises(CaseUnavailable, match="cannot map 8 GiB of address space"):
+        far_empty((2, 10, 2, 64), np.float32)
+
+
+def test_a_case_this_machine_cannot_map_is_unsupported_in_the_worker():
+    # 2^20 batches 2^31 elements apart: 2^53 bytes, more than any address space
+    case = Case("layout", batch=1 << 20, q_len=1, kv_len=1, head_dim=1, n_heads=1,
+                n_kv_heads=1, layout="far")
+    records: list = []
+    WorkerPool(jobs=1, timeout=60).run([(case, ["flash", "decomposed"])], records.append)
+    assert [r["status"] for r in records] == ["unsupported", "unsupported"], records
+    assert all("not on this machine: layout far: cannot map" in r["reason"] for r in records)
