@@ -125,6 +125,10 @@ def _run_concurrent(backend, case: Case, prep: Prepared, keep_output: bool) -> d
                 found[k] = (r, rec)
                 if rec["status"] != "pass":
                     return
+        except Exception as exc:  # (the harness's own failure, as one record)
+            rec = base_record(backend.name, case)
+            rec["reason"] = f"harness error in caller {k + 1}: {type(exc).__name__}: {exc}"
+            found[k] = (0, rec)
         finally:
             barrier.abort()
 
