@@ -364,6 +364,11 @@ def _default() -> list[Case]:
         cs.append(Case("threads", q_len=1, kv_len=1030, n_threads=t, n_heads=8, n_kv_heads=2))
         cs.append(Case("threads", batch=2, q_len=33, kv_len=100, n_threads=t, causal=True,
                        start_pos=67, n_heads=4, n_kv_heads=2))
+    # more threads than keys: a kv split per thread leaves one empty, whose partial state
+    # (max -inf, sum 0) the merge must take as nothing
+    for dt in ("f32", "i8"):
+        cs.append(Case("threads", q_len=1, kv_len=2, n_threads=3, n_heads=8, n_kv_heads=2,
+                       dtype=dt))
     # two threads calling the kernel at once, each with its own inputs and output: a
     # kernel with static scratch, or a non-reentrant pool or cache, mixes their rows
     cs.append(Case("threads", q_len=1, kv_len=1030, n_heads=8, n_kv_heads=2, callers=2))
