@@ -709,3 +709,17 @@ def test_a_case_this_machine_cannot_map_is_unsupported_in_the_worker():
     WorkerPool(jobs=1, timeout=60).run([(case, ["flash", "decomposed"])], records.append)
     assert [r["status"] for r in records] == ["unsupported", "unsupported"], records
     assert all("not on this machine: layout far: cannot map" in r["reason"] for r in records)
+
+
+def test_list_shows_the_selected_cases_without_running_them(tmp_path):
+    res = runner.invoke(app, ["check", "--list", "-k", "far", "--skip", "rows"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    ids = [ln.split()[0] for ln in lines[1:-1]]
+    assert ids and all(i.endswith("-far") for i in ids) and lines[-1] == f"{len(ids)} cases"
+    res = runner.invoke(app, ["check", "--list", "-k", "far", "--skip", "rows", "--json", "-"])
+    doc = json.loads(res.stdout)
+    assert [c["id"] for c in doc["cases"]] == ids
+    assert doc["cases"][0]["params"]["layout"] == "far" and doc["cases"][0]["atol"] > 0
+    res = runner.invoke(app, ["check", "--list", "--suite", "cache-sizing"])
+    assert res.exit_code == 2 and "not a case list" in res.output

@@ -160,6 +160,26 @@ def _failure_table(records: list[dict]) -> Table:
     return t
 
 
+def _list_cases(out: Output, cases: list[Case], json_path: str | None) -> None:
+    """The selected cases, one a line: id, tolerance, FLOPs and bytes (--json: all of a
+    case's parameters too)."""
+    from ..cases import tolerance
+
+    rows = [dict(id=c.id, family=c.family, atol=tolerance(c)[0], rtol=tolerance(c)[1],
+                 flops=c.flops, bytes=c.bytes, params=c.params()) for c in cases]
+    if json_path:
+        doc = {"cases": rows}
+        out.emit_json(doc) if json_path == "-" else out.write_json(json_path, doc)
+    if json_path != "-":  # plain lines, never folded: the ids are for copying into -k
+        w = max((len(r["id"]) for r in rows), default=2)
+        out.print(f"{'id':<{w}}  {'atol':>8}  {'rtol':>6}  {'FLOPs':>13}  {'bytes':>11}",
+                  style="bold", soft_wrap=True)
+        for r in rows:
+            out.print(f"{r['id']:<{w}}  {r['atol']:>8.2g}  {r['rtol']:>6.2g}  "
+                      f"{r['flops']:>13,}  {r['bytes']:>11,}", soft_wrap=True)
+        out.print(f"{len(rows)} cases", soft_wrap=True)
+
+
 @command("check")
 def check_command(
     backend: list[str] = typer.Option(None, "--backend", "-b",
@@ -193,6 +213,10 @@ def check_command(
     golden_dir: Path = typer.Option(None, "--golden-dir",
                                     help="The golden directory (implies --golden; default: "
                                          "$SDPA_PROBE_GOLDEN or the checkout's golden/)."),
+    list_cases: bool = typer.Option(False, "--list",
+                                    help="List the cases the filters select (ids, tolerances, "
+                                         "FLOPs, bytes; --json - for their parameters) and "
+                                         "exit."),
 ) -> None:
     """Check SDPA kernels against a float64 torch oracle on a matrix of edge cases.
 
@@ -228,6 +252,12 @@ def check_command(
         cases = _select_cases(suite_name, k, dtype, seed, skip)
     if not cases and suite_name not in EXTRA_SUITES:
         raise ProbeError("no case matches the filters")
+    if list_cases:
+        if suite_name in EXTRA_SUITES:
+            raise ProbeError(f"--list: the {suite_name} suite is not a case list; "
+                             "probe sizing --help shows its policies")
+        _list_cases(out, cases, json_path)
+        return
     if not names:
         raise ProbeError("no backend to check")
     golden_store = None
