@@ -105,8 +105,7 @@ def _run_concurrent(backend, case: Case, prep: Prepared, keep_output: bool) -> d
     which call it was."""
     import threading
 
-    solo = dataclasses.replace(case, callers=1)
-    preps = [prep] + [prepare_case(dataclasses.replace(solo, seed=case.seed + 7919 * k))
+    preps = [prep] + [prepare_case(dataclasses.replace(case, seed=case.seed + 7919 * k))
                       for k in range(1, case.callers)]
     barrier = threading.Barrier(case.callers)
     found: list = [None] * case.callers
@@ -121,7 +120,7 @@ def _run_concurrent(backend, case: Case, prep: Prepared, keep_output: bool) -> d
         try:
             for r in range(CONCURRENT_ROUNDS):
                 rec = _attempt(backend, case, preps[k], keep_output and k == 0,
-                               before_call=start_together, ref_case=solo)
+                               before_call=start_together)
                 found[k] = (r, rec)
                 if rec["status"] != "pass":
                     return
@@ -147,9 +146,8 @@ def _run_concurrent(backend, case: Case, prep: Prepared, keep_output: bool) -> d
 
 
 def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
-             before_call=None, ref_case: Case | None = None) -> dict:
-    """One call and its verdict (ref_case: the case whose tolerance applies, when
-    `case` is a concurrent one)."""
+             before_call=None) -> dict:
+    """One call and its verdict; before_call runs just before the kernel is called."""
     from .backends import Unsupported, describe_failure
     from .errors import KernelError
     from .inputs import InputGuard, out_buffer
@@ -183,7 +181,7 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
                    seconds=time.perf_counter() - t0)
         return rec
     rec["seconds"] = time.perf_counter() - t0
-    v = judge(ref_case or case, prep.ref, out, prep.torch_err, inputs_written=guard.written(),
+    v = judge(case, prep.ref, out, prep.torch_err, inputs_written=guard.written(),
               fp_changed=fp_changed)
     rec.update(v.as_dict())
     if keep_output:
@@ -223,18 +221,15 @@ def _worker_main(conn, setup: dict) -> None:
         case = Case(**params)
         try:
             prep = prepare_case(case, golden=setup.get("golden"))
-        except CaseUnavailable as exc:
+        except Exception as exc:
+            if isinstance(exc, CaseUnavailable):
+                status, reason = "unsupported", f"not on this machine: {exc}"
+            else:
+                err = traceback.format_exc(limit=3).strip().splitlines()[-1]
+                status, reason = "error", f"harness could not build the case: {err}"
             for name in names:
                 rec = base_record(name, case)
-                rec.update(status="unsupported", reason=f"not on this machine: {exc}")
-                conn.send(("rec", rec))
-            conn.send(("done",))
-            continue
-        except Exception:
-            err = traceback.format_exc(limit=3).strip().splitlines()[-1]
-            for name in names:
-                rec = base_record(name, case)
-                rec["reason"] = f"harness could not build the case: {err}"
+                rec.update(status=status, reason=reason)
                 conn.send(("rec", rec))
             conn.send(("done",))
             continue

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from .. import native
 from ..backends import executorch_library
-from ..cases import DTYPES, SUITES, Case, suite
+from ..cases import DTYPES, SUITES, Case, suite, tolerance
 from ..errors import ProbeError
 from ..harness import WorkerPool
 from ..report import FAILING, by_backend_family, check_document, exit_code, summary, write_junit
@@ -163,13 +163,11 @@ def _failure_table(records: list[dict]) -> Table:
 def _list_cases(out: Output, cases: list[Case], json_path: str | None) -> None:
     """The selected cases, one a line: id, tolerance, FLOPs and bytes (--json: all of a
     case's parameters too)."""
-    from ..cases import tolerance
-
-    rows = [dict(id=c.id, family=c.family, atol=tolerance(c)[0], rtol=tolerance(c)[1],
-                 flops=c.flops, bytes=c.bytes, params=c.params()) for c in cases]
+    rows = [dict(id=c.id, family=c.family, atol=atol, rtol=rtol, flops=c.flops,
+                 bytes=c.bytes, params=c.params())
+            for c, (atol, rtol) in ((c, tolerance(c)) for c in cases)]
     if json_path:
-        doc = {"cases": rows}
-        out.emit_json(doc) if json_path == "-" else out.write_json(json_path, doc)
+        out.write_json(json_path, {"cases": rows})
     if json_path != "-":  # plain lines, never folded: the ids are for copying into -k
         w = max((len(r["id"]) for r in rows), default=2)
         out.print(f"{'id':<{w}}  {'atol':>8}  {'rtol':>6}  {'FLOPs':>13}  {'bytes':>11}",
