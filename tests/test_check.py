@@ -457,20 +457,31 @@ def test_workers_fill_what_a_kernel_mallocs(tmp_path):
     assert rec["status"] == "fail" and "out 3.39615e+38" in rec["reason"], rec["reason"]
 
 
+def _cli_records(tmp_path, name: str, src: str, *filters: str, args: tuple = ()) -> dict:
+    """`probe check --kernel` on a broken kernel source (in worker processes, so a crash
+    is a record), the given -k filters and other args; its records by case id (exit
+    code 1)."""
+    path = tmp_path / name
+    path.write_text(src)
+    out = tmp_path / "r.json"
+    argv = ["check", "--kernel", str(path), "--json", str(out), *args]
+    for f in filters:
+        argv += ["-k", f]
+    res = runner.invoke(app, argv)
+    assert res.exit_code == 1, res.output
+    return {r["case"]: r for r in json.loads(out.read_text())["records"]}
+
+
 def test_a_kernel_that_assumes_aligned_rows_crashes_on_the_offset_layout(tmp_path):
     """One 16-byte vector load of Q (movaps): every allocation's base is at least 16-byte
     aligned, so the kernel passed every case until the `offset` layout put Q one
     element past a 64-byte boundary, as a view into a cache or a fused projection is."""
-    k = tmp_path / "aligned.c"
-    k.write_text(SRC.replace(
+    recs = _cli_records(tmp_path, "aligned.c", SRC.replace(
         "int st = sdpa_validate_args(a);",
         "int st = sdpa_validate_args(a);\n"
         "  typedef float v4_ __attribute__((vector_size(16)));\n"
         "  if (st == SDPA_OK && a->q.dtype == SDPA_F32 && a->q_len > 0) {\n"
-        "    volatile v4_ x_ = *(const v4_ *)a->q.data; (void)x_; }"))
-    res = runner.invoke(app, ["check", "--kernel", str(k), "-k", "d64-f32", "--json", "-"])
-    assert res.exit_code == 1, res.output
-    recs = {r["case"]: r for r in json.loads(res.stdout)["records"]}
+        "    volatile v4_ x_ = *(const v4_ *)a->q.data; (void)x_; }"), "d64-f32")
     crashed = {c for c, r in recs.items() if r["status"] == "crash"}
     assert crashed and all(c.endswith("offset") or "-offset" in c for c in crashed), crashed
     assert all(recs[c]["status"] == "pass" for c in recs if c not in crashed)
@@ -479,12 +490,9 @@ def test_a_kernel_that_assumes_aligned_rows_crashes_on_the_offset_layout(tmp_pat
 def test_a_kernel_that_assumes_a_zero_point_array_crashes_on_symmetric_int8(tmp_path):
     """The ABI lets zero_point be NULL (symmetric int8); a kernel that reads it
     unconditionally passed every asymmetric case and dies on the two symmetric ones."""
-    k = tmp_path / "zp.c"
-    k.write_text(SRC.replace("int zp = t->zero_point ? t->zero_point[qo] : 0;",
-                             "int zp = t->zero_point[qo];"))
-    res = runner.invoke(app, ["check", "--kernel", str(k), "--dtype", "i8", "--json", "-"])
-    assert res.exit_code == 1, res.output
-    recs = json.loads(res.stdout)["records"]
+    recs = list(_cli_records(tmp_path, "zp.c", SRC.replace(
+        "int zp = t->zero_point ? t->zero_point[qo] : 0;", "int zp = t->zero_point[qo];"),
+        args=("--dtype", "i8")).values())
     crashed = {r["case"] for r in recs if r["status"] == "crash"}
     assert crashed == {r["case"] for r in recs if r["case"].endswith("-sym")} != set()
     assert all(r["status"] == "pass" for r in recs if r["case"] not in crashed)
@@ -494,16 +502,12 @@ def test_a_kernel_that_assumes_a_zero_point_array_crashes_on_symmetric_int8(tmp_
 def test_cxx_exception_escaping_the_abi_is_a_crash(tmp_path):
     """A C++ kernel that lets an exception out of sdpa_forward: std::terminate aborts its
     worker, and the record says what was thrown; the other kernels' run goes on."""
-    src = tmp_path / "throws.cpp"
-    src.write_text('#include <stdexcept>\n#include "sdpa_probe.h"\n'
-                   'extern "C" int sdpa_forward(const sdpa_args *a) {\n'
-                   '  if (a->kv_len > 100) throw std::length_error("kv too long");\n'
-                   '  return SDPA_UNSUPPORTED;\n}\n')
-    out = tmp_path / "r.json"
-    res = runner.invoke(app, ["check", "--kernel", str(src), "--suite", "smoke",
-                              "-k", "decode", "--json", str(out)])
-    assert res.exit_code == 1, res.output
-    recs = json.loads(out.read_text())["records"]
+    recs = list(_cli_records(
+        tmp_path, "throws.cpp",
+        '#include <stdexcept>\n#include "sdpa_probe.h"\n'
+        'extern "C" int sdpa_forward(const sdpa_args *a) {\n'
+        '  if (a->kv_len > 100) throw std::length_error("kv too long");\n'
+        '  return SDPA_UNSUPPORTED;\n}\n', "decode", args=("--suite", "smoke")).values())
     crashed = [r for r in recs if r["status"] == "crash"]
     assert crashed and all("SIGABRT" in r["reason"] and "length_error" in r["reason"]
                            for r in crashed)
@@ -514,20 +518,6 @@ def test_check_cxx_example_kernel_via_cli():
     cxx = EXAMPLE_KERNEL.with_name("minimal_sdpa.cpp")
     res = runner.invoke(app, ["check", "--kernel", str(cxx), "--suite", "smoke", "--jobs", "1"])
     assert res.exit_code == 0, res.output
-
-
-def _cli_records(tmp_path, name: str, src: str, *filters: str) -> dict:
-    """`probe check --kernel` on a broken copy of the example (in worker processes, so
-    a crash is a record), the given -k filters; its records by case id (exit code 1)."""
-    path = tmp_path / name
-    path.write_text(src)
-    out = tmp_path / "r.json"
-    args = ["check", "--kernel", str(path), "--json", str(out)]
-    for f in filters:
-        args += ["-k", f]
-    res = runner.invoke(app, args)
-    assert res.exit_code == 1, res.output
-    return {r["case"]: r for r in json.loads(out.read_text())["records"]}
 
 
 def test_int32_offsets_are_caught_by_the_far_layout(tmp_path):
