@@ -192,6 +192,17 @@ def _default() -> list[Case]:
     # decode, GQA ratios 1, 2, 4, 8 and MQA, at the key-block edges
     for h, hkv in ((8, 8), (8, 4), (8, 2), (8, 1), (16, 2), (32, 8)):
         cs.append(Case("gqa", n_heads=h, n_kv_heads=hkv, kv_len=KV_BLOCK + 1))
+    # GQA groups real models have that are not a power of two, or wider than 8: Qwen2.5's
+    # 14 heads over 2 (7 a group), SmolLM2's 15 over 5 (3), 16 a group (Llama 3.1 405B,
+    # Qwen3 235B), Falcon-7B's 71 heads over one; a kernel that maps a head to its kv head
+    # by a shift, or keeps a group's rows in a fixed-size tile, is right on every power of
+    # two up to 8 and wrong here
+    for h, hkv, q, dt in ((14, 2, 1, "f32"), (15, 5, 1, "f32"), (32, 2, 1, "f32"),
+                          (71, 1, 1, "f32"), (14, 2, 3, "f16"), (15, 5, 2, "i8"),
+                          (32, 2, 1, "i8")):
+        cs.append(Case("gqa", n_heads=h, n_kv_heads=hkv, q_len=q, dtype=dt,
+                       kv_len=KV_BLOCK + 1, causal=q > 1,
+                       start_pos=KV_BLOCK + 1 - q if q > 1 else 0))
     for kv in (1, KV_BLOCK - 1, KV_BLOCK, KV_BLOCK + 1, 2 * KV_BLOCK + 1):
         cs.append(Case("decode", kv_len=kv))
     cs.append(Case("decode", kv_len=2049, dtype="f16", n_heads=4, n_kv_heads=1))
@@ -230,6 +241,11 @@ def _default() -> list[Case]:
     # (512: past the 256 a kernel's fixed-size row buffer, `float acc[256]`, assumes)
     for d in (64, 80, 96, 128, 256, 67, 512):
         cs.append(Case("hdim", head_dim=d, q_len=2, kv_len=70, n_heads=4, n_kv_heads=2))
+    # head_dims under a vector's width (a kernel whose first load, or an unsigned
+    # `d < D - 16` loop bound, assumes at least 16 elements), as tiny test models have
+    for d, dt in ((16, "f32"), (8, "f32"), (1, "f32"), (16, "f16"), (8, "i8"), (4, "bf16")):
+        cs.append(Case("hdim", head_dim=d, q_len=2, kv_len=70, n_heads=4, n_kv_heads=2,
+                       dtype=dt))
     # causal with a KV-cache offset
     for q, kv, sp in ((1, 100, 99), (4, 100, 96), (7, 135, 128), (3, 60, 0), (5, 80, 40)):
         cs.append(Case("causal", q_len=q, kv_len=kv, causal=True, start_pos=sp,
