@@ -35,7 +35,7 @@ def base_record(backend: str, case: Case) -> dict:
     return {"backend": backend, "case": case.id, "family": case.family, "status": "error",
             "reason": "", "max_abs_err": None, "max_rel_err": None, "nmse": None,
             "worst": None, "atol": None, "rtol": None, "torch_err": None, "seconds": None,
-            "repro": repro_command(backend, case.id)}
+            "leak_bytes_per_call": None, "repro": repro_command(backend, case.id)}
 
 
 # ---- in-process execution (also used by --repro and pytest) -------------------------
@@ -184,9 +184,71 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
     v = judge(case, prep.ref, out, prep.torch_err, inputs_written=guard.written(),
               fp_changed=fp_changed)
     rec.update(v.as_dict())
+    if v.status == "pass" and before_call is None and rec["seconds"] < LEAK_PROBE_MAX_SECONDS:
+        _leak_verdict(rec, backend, prep.data, out)
     if keep_output:
         rec["_out"] = out
     return rec
+
+
+# A passing native kernel is called again to look for a leak: warm-up calls first (a
+# thread pool, a cache grown once), then windows of calls with the heap measured after
+# each window. Calls slower than LEAK_PROBE_MAX_SECONDS are not repeated.
+LEAK_PROBE_MAX_SECONDS = 0.5
+
+
+def _leak_schedule() -> tuple[int, int, int]:
+    """(warm-up calls, calls a window, windows). Without glibc's per-thread cache (check's
+    workers, WorkerPool) a leaked block grows the heap on the call that leaks it: four
+    windows of one call. With it (pytest, --repro), freed blocks of a size, up to 7,
+    count as in use: the heap grows for the first ~8 calls of a kernel on a thread as
+    posix_memalign's split-off pieces fill the cache, and a small leaked block shows as a
+    step every 8 calls, when the cache is refilled from the heap: two windows of 8."""
+    if "tcache_count=0" in os.environ.get("GLIBC_TUNABLES", ""):
+        return 2, 1, 4
+    return 10, 8, 2
+
+
+def heap_growth_per_call(backend, data, out) -> int | None:
+    """Bytes the process's heap grows by per call when it grows in every window of
+    identical calls after the warm-up (a leak: a decode loop makes this call per layer
+    per token), else 0; None where it cannot be measured (a backend that allocates from
+    Python, or a C library that does not count)."""
+    from .native import heap_in_use
+
+    if not hasattr(backend, "prepare") or heap_in_use() is None:
+        return None
+    warmup, window, windows = _leak_schedule()
+    call = backend.prepare(data, out)
+    for _ in range(warmup):
+        backend.run(data, out, call)
+    seen = [heap_in_use()]
+    for _ in range(windows):
+        for _ in range(window):
+            backend.run(data, out, call)
+        seen.append(heap_in_use())
+    if all(b > a for a, b in zip(seen[:-1], seen[1:], strict=True)):
+        return (seen[-1] - seen[0]) // (window * windows)
+    return 0
+
+
+def _leak_verdict(rec: dict, backend, data, out) -> None:
+    """The verdict's last layer: a kernel whose outputs pass but whose every call
+    keeps memory fails."""
+    from .backends import describe_failure
+
+    try:
+        grew = heap_growth_per_call(backend, data, out)
+    except Exception as exc:  # a repeat of a call that passed: the kernel is not repeatable
+        rec.update(status="fail", reason="a repeated, identical call failed: "
+                   + describe_failure(exc))
+        return
+    rec["leak_bytes_per_call"] = grew
+    warmup, window, windows = _leak_schedule()
+    if grew:
+        rec.update(status="fail", reason=(
+            f"leaks memory: the heap in use grew with every repeat of the same call, "
+            f"{grew:,} bytes a call ({warmup} warm-up calls, then {windows} x {window})"))
 
 
 # ---- the worker process -------------------------------------------------------------

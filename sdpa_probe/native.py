@@ -212,6 +212,13 @@ def set_fp_control(value: int) -> None:
     native_lib()[1].sdpa_probe_fp_control_set(value)
 
 
+def heap_in_use() -> int | None:
+    """Bytes the process's C allocator has handed out and not taken back (glibc's
+    mallinfo2, every arena); None where the C library does not say."""
+    n = int(native_lib()[1].sdpa_probe_heap_in_use())
+    return n if n >= 0 else None
+
+
 _X86_ROUNDING = ("to nearest", "down", "up", "toward zero")
 
 

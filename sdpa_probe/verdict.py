@@ -1,6 +1,8 @@
 """Layered verdicts: NaN/Inf disagreement first, then poison (unwritten output)
 and guard (out-of-bounds write) violations, inputs written and a floating-point
-environment left changed, then error against tolerance."""
+environment left changed, then error against tolerance. (The last layer, a leak:
+a native kernel whose outputs pass is called again and the heap watched, in
+harness.heap_growth_per_call.)"""
 
 from __future__ import annotations
 

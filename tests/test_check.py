@@ -128,6 +128,15 @@ BUGS = {
         "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
         "if (a->is_causal && i + 1 < n) n = i + 1;"),
     "gqa-modulo": ("const int64_t hk = h / group;", "const int64_t hk = h % a->n_kv_heads;"),
+    # the scores' scratch never freed: every call keeps kv_len floats
+    "leak-scores": ("  free(p);\n  free(acc);\n  return SDPA_OK;\n}",
+                    "  free(acc);\n  return SDPA_OK;\n}"),
+    # the kv head by a shift of floor(log2(group)): right for every power-of-two group
+    "gqa-shift": ("const int64_t hk = h / group;",
+                  "const int64_t hk = h >> (63 - __builtin_clzll((unsigned long long)group));"),
+    # a group's query rows in a 16-row tile: rows past the 16th reuse the last one's query
+    "group-tile-16": ("s += load(&a->q, b, i, h, d)",
+                      "s += load(&a->q, b, i, h % group < 16 ? h : hk * group + 15, d)"),
     # one dtype assumed for the call: Q read as K's (a float query over an F16 cache)
     "q-read-as-kv-dtype": ("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
                            "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n"
@@ -197,6 +206,9 @@ EXPECT = [
     ("ignore-start-pos", Case("bug", q_len=3, kv_len=40, causal=True, start_pos=37), "fail",
      "error above tolerance"),
     ("gqa-modulo", Case("bug", n_heads=8, n_kv_heads=2, kv_len=20), "fail", "error above"),
+    ("gqa-shift", Case("bug", n_heads=14, n_kv_heads=2, kv_len=20), "fail", "NaN in"),
+    ("leak-scores", Case("bug", kv_len=20), "fail", "leaks memory"),
+    ("group-tile-16", Case("bug", n_heads=20, n_kv_heads=1, kv_len=20), "fail", "error above"),
     ("start-pos-implies-causal", Case("bug", q_len=4, kv_len=100, start_pos=40), "fail",
      "error above tolerance"),
     ("q-read-as-kv-dtype", Case("bug", kv_len=20, dtype="f16", q_dtype="f32"), "fail", ""),
@@ -713,3 +725,46 @@ def test_list_shows_the_selected_cases_without_running_them(tmp_path):
     assert doc["cases"][0]["params"]["layout"] == "far" and doc["cases"][0]["atol"] > 0
     res = runner.invoke(app, ["check", "--list", "--suite", "cache-sizing"])
     assert res.exit_code == 2 and "not a case list" in res.output
+
+
+def test_a_shift_for_the_kv_head_is_caught_only_by_groups_not_a_power_of_two(tmp_path):
+    """h >> floor(log2(group)) maps every head right when the group is 1, 2, 4, 8 or 16,
+    as every GQA case was until stop 28; Qwen2.5's 7, SmolLM2's 3 and Falcon-7B's 71
+    catch it."""
+    recs = _cli_records(tmp_path, "shift.c", SRC.replace(*BUGS["gqa-shift"]), "gqa-")
+    bad = {c for c, r in recs.items() if r["status"] != "pass"}
+    assert bad == {c for c in recs if any(g in c for g in ("gqa7", "gqa3", "h71mqa"))}, recs
+    assert len(bad) == 5
+
+
+def test_an_unsigned_loop_bound_is_caught_by_a_head_dim_under_the_unroll(tmp_path):
+    """An unrolled dot product bounded by `(size_t)D - 3`: right for every head_dim >= 3,
+    a read far past the row (a crash, in its worker) for head_dim 1."""
+    dot = "for (int64_t d = 0; d < D; d++) s += load(&a->q, b, i, h, d) * load(&a->k, b, j, hk, d);"
+    term = "load(&a->q, b, i, h, d + {0}) * load(&a->k, b, j, hk, d + {0})"
+    unrolled = ("size_t d = 0;\n          for (; d < (size_t)D - 3; d += 4) s += "
+                + " + ".join(term.format(u) for u in range(4))
+                + ";\n          for (; d < (size_t)D; d++) s += " + term.format(0) + ";")
+    recs = _cli_records(tmp_path, "unsigned.c", SRC.replace(dot, unrolled), "hdim-")
+    bad = {c: r["status"] for c, r in recs.items() if r["status"] != "pass"}
+    assert list(bad) == ["hdim-h4gqa2-q2-kv70-d1-f32"] and bad[list(bad)[0]] in ("crash", "fail")
+
+
+def test_a_leak_on_one_path_is_caught_by_the_case_that_takes_it(tmp_path):
+    """An empty-cache fast path that returns before freeing the scratch: its outputs are
+    right everywhere, and only the kv_len-0 case, which takes that path, leaks."""
+    loop = ("  for (int64_t b = 0; b < a->batch; b++)\n"
+            "    for (int64_t i = 0; i < a->q_len; i++)\n"
+            "      for (int64_t h = 0; h < a->n_heads; h++) {")
+    fast = ("  if (kv == 0) {\n    for (int64_t b = 0; b < a->batch; b++)\n"
+            "      for (int64_t i = 0; i < a->q_len; i++)\n"
+            "        for (int64_t h = 0; h < a->n_heads; h++)\n"
+            "          for (int64_t d = 0; d < D; d++) store(&a->out, b, i, h, d, 0.0f);\n"
+            "    return SDPA_OK;\n  }\n")
+    assert SRC.count(loop) == 1
+    recs = _cli_records(tmp_path, "leak_empty.c", SRC.replace(loop, fast + loop), "masked-rows-")
+    bad = {c: r for c, r in recs.items() if r["status"] != "pass"}
+    assert list(bad) == ["masked-rows-h4gqa2-q2-kv0-d64-f32"], bad
+    r = bad["masked-rows-h4gqa2-q2-kv0-d64-f32"]
+    assert "leaks memory" in r["reason"] and r["leak_bytes_per_call"] > 0, r
+    assert all(r["leak_bytes_per_call"] == 0 for c, r in recs.items() if c not in bad), recs

@@ -63,6 +63,8 @@ void sdpa_probe_alloc_reset(void);
  * x87 control word; AArch64: FPCR; else the rounding mode), and its restore. */
 int64_t sdpa_probe_fp_control(void);
 void sdpa_probe_fp_control_set(int64_t v);
+/* Bytes the C allocator has handed out and not taken back (-1: unknown here). */
+int64_t sdpa_probe_heap_in_use(void);
 
 /* Guarded allocation, opt-in (scratch-sizing checks). While on, every
  * sdpa_probe_malloc block gets a front and a tail canary and a filled body; on

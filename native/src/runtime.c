@@ -2,6 +2,9 @@
  * thread pool, exact power-of-two alignment. */
 #define _GNU_SOURCE
 #include <fenv.h>
+#if defined(__GLIBC__) || defined(__linux__)
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -48,6 +51,20 @@ void sdpa_probe_fp_control_set(int64_t v) {
   __asm__ volatile("msr fpcr, %0" : : "r"(fpcr));
 #else
   fesetround((int)v);
+#endif
+}
+
+/* ---- the process's heap ----------------------------------------------- */
+
+/* Bytes the C allocator has handed out and not taken back, over every arena and
+ * mmap'd block (glibc's mallinfo2; -1 where there is no such count). A kernel that
+ * leaks grows it on every call: a decode loop calls SDPA per layer per token. */
+int64_t sdpa_probe_heap_in_use(void) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  struct mallinfo2 m = mallinfo2();
+  return (int64_t)m.uordblks + (int64_t)m.hblkhd;
+#else
+  return -1;
 #endif
 }
 
