@@ -385,6 +385,13 @@ def _default() -> list[Case]:
     for dt in ("f32", "i8"):
         cs.append(Case("threads", q_len=1, kv_len=2, n_threads=3, n_heads=8, n_kv_heads=2,
                        dtype=dt))
+    # as many threads as a server has cores: a kernel with a fixed-size array of per-thread
+    # partial states or scratch (sized for a laptop) overflows it
+    for dt in ("f32", "i8"):
+        cs.append(Case("threads", q_len=1, kv_len=1030, n_threads=64, n_heads=8, n_kv_heads=2,
+                       dtype=dt))
+    cs.append(Case("threads", batch=2, q_len=33, kv_len=100, n_threads=64, causal=True,
+                   start_pos=67, n_heads=4, n_kv_heads=2))
     # two threads calling the kernel at once, each with its own inputs and output: a
     # kernel with static scratch, or a non-reentrant pool or cache, mixes their rows
     cs.append(Case("threads", q_len=1, kv_len=1030, n_heads=8, n_kv_heads=2, callers=2))

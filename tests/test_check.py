@@ -768,3 +768,20 @@ def test_a_leak_on_one_path_is_caught_by_the_case_that_takes_it(tmp_path):
     r = bad["masked-rows-h4gqa2-q2-kv0-d64-f32"]
     assert "leaks memory" in r["reason"] and r["leak_bytes_per_call"] > 0, r
     assert all(r["leak_bytes_per_call"] == 0 for c, r in recs.items() if c not in bad), recs
+
+
+def test_a_fixed_array_of_per_thread_states_is_caught_by_a_server_thread_count(tmp_path):
+    """online_sdpa.c with a key split per thread (flash-decoding over n_threads) and the
+    partial states in a 16-entry array: right up to 16 threads, every case before stop 28
+    asked for at most 3, and the 64-thread cases overflow it."""
+    src = EXAMPLE_KERNEL.with_name("online_sdpa.c").read_text()
+    for old, new in (
+            ("#define SPLITS 2", "#define MAX_SPLITS 16"),
+            ("  float *buf = malloc(", "  const int SPLITS = a->n_threads > 1 ? a->n_threads : 2;"
+                                     "\n  float *buf = malloc("),
+            ("  row_state part[SPLITS];", "  row_state part[MAX_SPLITS];")):
+        assert src.count(old) == 1, old
+        src = src.replace(old, new)
+    recs = _cli_records(tmp_path, "splits16.c", src, "threads-")
+    bad = {c for c, r in recs.items() if r["status"] != "pass"}
+    assert bad == {c for c in recs if c.endswith("-t64")} and len(bad) == 3, recs
