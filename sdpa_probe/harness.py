@@ -184,56 +184,55 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
     v = judge(case, prep.ref, out, prep.torch_err, inputs_written=guard.written(),
               fp_changed=fp_changed)
     rec.update(v.as_dict())
-    if v.status == "pass" and before_call is None and rec["seconds"] < LEAK_PROBE_MAX_SECONDS:
+    if (LEAK_CHECK and v.status == "pass" and before_call is None
+            and rec["seconds"] < LEAK_PROBE_MAX_SECONDS):
         _leak_verdict(rec, backend, prep.data, out)
     if keep_output:
         rec["_out"] = out
     return rec
 
 
-# A passing native kernel is called again to look for a leak: warm-up calls first (a
-# thread pool, a cache grown once), then windows of calls with the heap measured after
-# each window. Calls slower than LEAK_PROBE_MAX_SECONDS are not repeated.
-LEAK_PROBE_MAX_SECONDS = 0.5
+# A passing call is made again to look for a leak: LEAK_WARMUP calls first (a thread pool,
+# a cache grown once), then LEAK_CALLS with the heap read after each. Calls slower than
+# LEAK_PROBE_MAX_SECONDS are not repeated.
+LEAK_WARMUP, LEAK_CALLS, LEAK_PROBE_MAX_SECONDS = 2, 4, 0.5
+LEAK_CHECK = True  # probe check --no-leak-check turns it off
 
 
-def _leak_schedule() -> tuple[int, int, int]:
-    """(warm-up calls, calls a window, windows). Without glibc's per-thread cache (check's
-    workers, WorkerPool) a leaked block grows the heap on the call that leaks it: four
-    windows of one call. With it (pytest, --repro), freed blocks of a size, up to 7,
-    count as in use: the heap grows for the first ~8 calls of a kernel on a thread as
-    posix_memalign's split-off pieces fill the cache, and a small leaked block shows as a
-    step every 8 calls, when the cache is refilled from the heap: two windows of 8."""
-    if "tcache_count=0" in os.environ.get("GLIBC_TUNABLES", ""):
-        return 2, 1, 4
-    return 10, 8, 2
+def _heap_count_exact() -> bool:
+    """Whether a leaked block shows in the heap count on the call that leaks it: glibc's
+    per-thread cache keeps up to 7 freed blocks of a size and counts them as in use, so
+    with it on a small leak can be served from it for calls on end, and posix_memalign's
+    split-off pieces filling it look like growth; check's workers run without it
+    (WorkerPool), and only there is the probe run (in pytest it read 29 bytes a call
+    for a kernel that keeps nothing)."""
+    return "tcache_count=0" in os.environ.get("GLIBC_TUNABLES", "")
 
 
 def heap_growth_per_call(backend, data, out) -> int | None:
-    """Bytes the process's heap grows by per call when it grows in every window of
-    identical calls after the warm-up (a leak: a decode loop makes this call per layer
-    per token), else 0; None where the C library does not count. (torch and ExecuTorch
-    convert their inputs again each call; those tensors are freed before the heap is
-    read, and over the default suite their heap holds steady.)"""
+    """Bytes the process's heap grows by per call when it grows on every one of
+    LEAK_CALLS identical calls after the warm-up (a leak: a decode loop makes this call
+    per layer per token), else 0; None where the count would not be exact (glibc's
+    per-thread cache on: outside check's workers) or the C library does not count.
+    (torch and ExecuTorch convert their inputs again each call; those tensors are freed
+    before the heap is read, and over the default suite their heap holds steady.)"""
     from .native import heap_in_use
 
-    if heap_in_use() is None:
+    if heap_in_use() is None or not _heap_count_exact():
         return None
-    warmup, window, windows = _leak_schedule()
     if hasattr(backend, "prepare"):  # an ABI kernel: the same argument block every call
         call = backend.prepare(data, out)
         again = lambda: backend.run(data, out, call)  # noqa: E731
     else:  # torch, ExecuTorch: their inputs converted again each call, and freed
         again = lambda: backend.run(data, out)  # noqa: E731
-    for _ in range(warmup):
+    for _ in range(LEAK_WARMUP):
         again()
     seen = [heap_in_use()]
-    for _ in range(windows):
-        for _ in range(window):
-            again()
+    for _ in range(LEAK_CALLS):
+        again()
         seen.append(heap_in_use())
     if all(b > a for a, b in zip(seen[:-1], seen[1:], strict=True)):
-        return (seen[-1] - seen[0]) // (window * windows)
+        return (seen[-1] - seen[0]) // LEAK_CALLS
     return 0
 
 
@@ -249,11 +248,10 @@ def _leak_verdict(rec: dict, backend, data, out) -> None:
                    + describe_failure(exc))
         return
     rec["leak_bytes_per_call"] = grew
-    warmup, window, windows = _leak_schedule()
     if grew:
         rec.update(status="fail", reason=(
-            f"leaks memory: the heap in use grew with every repeat of the same call, "
-            f"{grew:,} bytes a call ({warmup} warm-up calls, then {windows} x {window})"))
+            f"leaks memory: the heap in use grew on each of {LEAK_CALLS} repeats of the same "
+            f"call, {grew:,} bytes a call (after {LEAK_WARMUP} warm-up calls)"))
 
 
 # ---- the worker process -------------------------------------------------------------
@@ -275,6 +273,8 @@ def _worker_main(conn, setup: dict) -> None:
     from .native import configure
 
     configure(**setup.get("build", {}))
+    global LEAK_CHECK
+    LEAK_CHECK = setup.get("leak_check", True)
     backends: dict = {}
     conn.send(("ready",))
     while True:

@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from .. import native
+from .. import harness, native
 from ..backends import executorch_library
 from ..cases import DTYPES, SUITES, Case, suite, tolerance
 from ..errors import ProbeError
@@ -211,6 +211,9 @@ def check_command(
     golden_dir: Path = typer.Option(None, "--golden-dir",
                                     help="The golden directory (implies --golden; default: "
                                          "$SDPA_PROBE_GOLDEN or the checkout's golden/)."),
+    no_leak_check: bool = typer.Option(False, "--no-leak-check",
+                                       help="Do not repeat passing calls to look for a leak "
+                                            "(for a kernel too slow to call 6 more times)."),
     list_cases: bool = typer.Option(False, "--list",
                                     help="List the cases the filters select (ids, tolerances, "
                                          "FLOPs, bytes; --json - for their parameters) and "
@@ -243,7 +246,12 @@ def check_command(
     if repro is not None:
         from .repro import run_repro
 
-        raise typer.Exit(run_repro(out, repro, names, save, force, timeout, seed))
+        saved, harness.LEAK_CHECK = harness.LEAK_CHECK, not no_leak_check  # (in this process)
+        try:
+            code = run_repro(out, repro, names, save, force, timeout, seed)
+        finally:
+            harness.LEAK_CHECK = saved
+        raise typer.Exit(code)
     if suite_name in EXTRA_SUITES:
         cases: list[Case] = []
     else:
@@ -282,7 +290,7 @@ def check_command(
                         last=f"[{style}]{rec['status']}[/] {rec['backend']} {rec['case']}")
 
         if cases:
-            setup = {"build": dict(native._build_opts)}
+            setup = {"build": dict(native._build_opts), "leak_check": not no_leak_check}
             if golden_store is not None:
                 setup["golden"] = str(golden_store.root.resolve())
             pool = WorkerPool(jobs=jobs, timeout=timeout, setup=setup)
