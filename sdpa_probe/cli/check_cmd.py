@@ -127,17 +127,23 @@ def _summary_table(records: list[dict], names: list[str]) -> Table:
 WIDE_FAILURES = 140
 
 
-def _failure_list(records: list[dict]) -> Group:
+def _failure_list(records: list[dict], width: int = 80) -> Group:
     """Each failure as a status / case / backend line, its reason indented (free to wrap
-    at the console's width; an error's figures are in it) and its repro command."""
+    at the console's width; an error's figures are in it) and its repro command. A
+    backend that does not fit on the case's line (a long path to your kernel) goes on a
+    line of its own, indented, rather than wrapping to the margin."""
     lines: list = [Text("failures", style="bold")]
     for r in records:
         if r["status"] not in FAILING:
             continue
         st = r["status"]
-        head = Text.assemble((f"{st:<8}", STATUS_STYLE[st]), r["case"], "  ",
-                             (r["backend"], "bold"))
-        lines += [head, Padding(Text(r["reason"]), (0, 0, 0, 8)),
+        head = Text.assemble((f"{st:<8}", STATUS_STYLE[st]), r["case"])
+        backend = Text(r["backend"], style="bold")
+        if 8 + len(r["case"]) + 2 + len(r["backend"]) <= width:
+            lines.append(Text.assemble(head, "  ", backend))
+        else:
+            lines += [head, Padding(backend, (0, 0, 0, 8))]
+        lines += [Padding(Text(r["reason"]), (0, 0, 0, 8)),
                   Padding(Text(r["repro"], style="dim"), (0, 0, 0, 8))]
     return Group(*lines)
 
@@ -318,7 +324,8 @@ def check_command(
         out.print(_summary_table(records, names))
         if any(r["status"] in FAILING for r in records):
             wide = out.out.width >= WIDE_FAILURES
-            out.print(_failure_table(records) if wide else _failure_list(records))
+            out.print(_failure_table(records) if wide
+                      else _failure_list(records, out.out.width))
         s = summary(records)
         parts = [f"[{STATUS_STYLE[k_]}]{s[k_]} {k_}[/]" for k_ in STATUS_STYLE if s[k_]]
         extra = sum(r["family"] == "cache-sizing" for r in records)
