@@ -61,6 +61,8 @@ class Case:
     n_threads: int = 1
     callers: int = 1          # threads calling the kernel at once, each its own inputs
     stack_kib: int = 0        # > 0: called from a thread with a stack this small
+    reuse: bool = False       # called again on the same buffers, rewritten in place with
+    #                           new values (a static KV cache and mask between decode steps)
     seed: int = 0
 
     def __post_init__(self):
@@ -79,6 +81,8 @@ class Case:
             raise ValueError("callers must be at least 1")
         if self.stack_kib and self.stack_kib < 64:
             raise ValueError("stack_kib: 0 (the default stack) or at least 64")
+        if self.reuse and (self.layout == "far" or self.callers > 1):
+            raise ValueError("reuse: not with the far layout or several callers")
         if self.layout == "far" and self.batch < 2:
             raise ValueError("layout far needs batch >= 2 (batch 1 is the far one)")
 
@@ -116,6 +120,8 @@ class Case:
             parts.append(f"c{self.callers}")
         if self.stack_kib:
             parts.append(f"stack{self.stack_kib}k")
+        if self.reuse:
+            parts.append("reuse")
         if self.seed:
             parts.append(f"s{self.seed}")
         return "-".join(p for p in parts if p)
@@ -385,6 +391,15 @@ def _default() -> list[Case]:
     for dt in ("f32", "i8"):
         cs.append(Case("threads", q_len=1, kv_len=2, n_threads=3, n_heads=8, n_kv_heads=2,
                        dtype=dt))
+    # the same buffers called again, rewritten in place with new values, as a runtime's
+    # static KV cache and mask are between decode steps: a kernel that keeps what it
+    # derived from a buffer (dequantised or packed K / V, a mask's visible ranges) by its
+    # address answers the second call with the first's
+    cs.append(Case("reuse", kv_len=300, mask="random", n_heads=8, n_kv_heads=2, reuse=True))
+    cs.append(Case("reuse", kv_len=KV_BLOCK + 1, dtype="i8", n_heads=8, n_kv_heads=2,
+                   reuse=True))
+    cs.append(Case("reuse", q_len=4, kv_len=300, mask="window:100", causal=True, start_pos=296,
+                   n_heads=4, n_kv_heads=2, dtype="f16", reuse=True))
     # as many threads as a server has cores: a kernel with a fixed-size array of per-thread
     # partial states or scratch (sized for a laptop) overflows it
     for dt in ("f32", "i8"):

@@ -798,3 +798,69 @@ def test_a_fixed_array_of_per_thread_states_is_caught_by_a_server_thread_count(t
     recs = _cli_records(tmp_path, "splits16.c", src, "threads-")
     bad = {c for c, r in recs.items() if r["status"] != "pass"}
     assert bad == {c for c in recs if c.endswith("-t64")} and len(bad) == 3, recs
+
+
+# what a kernel derives from a buffer, kept by the buffer's address (and shape) in a
+# thread-local cache: right on every call but one after its buffer was rewritten in place
+MASK_RANGE_CACHE = """
+        if (a->mask && a->q_len <= 64) { /* each row's masked tail skipped: its last visible key */
+          static _Thread_local struct {
+            const float *mask; int64_t q_len, kv, stride, last[64];
+          } mc_;
+          if (mc_.mask != a->mask || mc_.q_len != a->q_len || mc_.kv != kv ||
+              mc_.stride != a->mask_row_stride) {
+            mc_.mask = a->mask; mc_.q_len = a->q_len; mc_.kv = kv; mc_.stride = a->mask_row_stride;
+            for (int64_t r = 0; r < a->q_len; r++) {
+              mc_.last[r] = 0;
+              for (int64_t j = 0; j < kv; j++)
+                if (a->mask[r * a->mask_row_stride + j] != -INFINITY) mc_.last[r] = j + 1;
+            }
+          }
+          if (mc_.last[i] < n) n = mc_.last[i];
+        }"""
+K_DEQUANT_CACHE = """/* int8 K dequantised once per K buffer (its address and shape) */
+static float k_dequant(const sdpa_tensor *t, int64_t B, int64_t S, int64_t H, int64_t D,
+                       int64_t b, int64_t s, int64_t h, int64_t d) {
+  static _Thread_local struct { const void *data; int64_t B, S, H, D; float *vals; } kc_;
+  if (kc_.data != t->data || kc_.B != B || kc_.S != S || kc_.H != H || kc_.D != D) {
+    free(kc_.vals);
+    kc_.vals = malloc((size_t)(B * S * H * D > 0 ? B * S * H * D : 1) * sizeof(float));
+    kc_.data = t->data; kc_.B = B; kc_.S = S; kc_.H = H; kc_.D = D;
+    for (int64_t b_ = 0; b_ < B; b_++)
+      for (int64_t s_ = 0; s_ < S; s_++)
+        for (int64_t h_ = 0; h_ < H; h_++)
+          for (int64_t d_ = 0; d_ < D; d_++)
+            kc_.vals[((b_ * S + s_) * H + h_) * D + d_] = load(t, b_, s_, h_, d_);
+  }
+  return kc_.vals[((b * S + s) * H + h) * D + d];
+}
+
+"""
+
+
+def _pointer_cache_kernels() -> dict[str, str]:
+    causal = ("if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;")
+    entry = "int sdpa_forward(const sdpa_args *a) {"
+    dot = "s += load(&a->q, b, i, h, d) * load(&a->k, b, j, hk, d);"
+    assert SRC.count(causal) == SRC.count(entry) == SRC.count(dot) == 1
+    return {
+        "mask_ranges.c": SRC.replace(causal, causal + MASK_RANGE_CACHE),
+        "k_dequant.c": SRC.replace(entry, K_DEQUANT_CACHE + entry).replace(dot, (
+            "s += load(&a->q, b, i, h, d) * (a->k.dtype == SDPA_I8 ? k_dequant(&a->k, "
+            "a->batch, kv, a->n_kv_heads, D, b, j, hk, d) : load(&a->k, b, j, hk, d));")),
+    }
+
+
+@pytest.mark.parametrize("name,others", [("mask_ranges.c", "mask-"),
+                                         ("k_dequant.c", "dtype-h8gqa4-q1-kv129-d64-i8")])
+def test_a_cache_by_buffer_address_is_caught_by_rewriting_the_buffers(tmp_path, name, others):
+    """A mask's visible ranges, or int8 K dequantised, kept by the buffer's address: the
+    first call on a buffer is right (every case before stop 28 called once), and the
+    `reuse` cases' second call, the same buffers rewritten with new values as a static
+    KV cache and mask are between decode steps, gets the first call's answer."""
+    recs = _cli_records(tmp_path, name, _pointer_cache_kernels()[name], "reuse-", others)
+    bad = {c: r for c, r in recs.items() if r["status"] != "pass"}
+    assert len(bad) == 1 and all("-reuse" in c for c in bad), recs
+    assert "rewritten in place" in next(iter(bad.values()))["reason"]
+    assert len(recs) > 2
+
