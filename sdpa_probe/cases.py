@@ -266,6 +266,12 @@ def _default() -> list[Case]:
     cs.append(Case("mask", q_len=6, kv_len=140, mask="random", causal=True, start_pos=134,
                    n_heads=4, n_kv_heads=2))
     cs.append(Case("mask", q_len=1, kv_len=300, mask="random", n_heads=8, n_kv_heads=2))
+    # large logits under a mask: a hidden key with the row's largest raw score must not set
+    # the softmax's max (the visible keys' weights would underflow to zero)
+    cs.append(Case("mask", q_len=6, kv_len=140, mask="random", magnitude=100.0, n_heads=4,
+                   n_kv_heads=2))
+    cs.append(Case("mask", q_len=1, kv_len=300, mask="random", magnitude=100.0, n_heads=8,
+                   n_kv_heads=2))
     # fully masked query rows
     for where in ("first", "middle", "last"):
         cs.append(Case("masked-rows", q_len=5, kv_len=140, mask=f"rows:{where}",

@@ -128,6 +128,16 @@ BUGS = {
         "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
         "if (a->is_causal && i + 1 < n) n = i + 1;"),
     "gqa-modulo": ("const int64_t hk = h / group;", "const int64_t hk = h % a->n_kv_heads;"),
+    # the softmax's max over the raw scores, hidden keys' too (the mask added after it, a
+    # row without a visible key tracked apart): with large logits a hidden key's score
+    # sets the max and the visible keys' weights underflow to zero
+    "max-over-hidden-keys": (
+        "          s *= scale;\n          if (a->mask) s += a->mask[i * a->mask_row_stride + j];\n"
+        "          p[j] = s;\n"
+        "          if (s > mx || s != s) mx = s; /* a NaN sticks: the row is NaN, not unseen */",
+        "          s *= scale;\n          if (s > mx || s != s) mx = s;\n"
+        "          if (a->mask) s += a->mask[i * a->mask_row_stride + j];\n"
+        "          if (s != -INFINITY) seen_ = 1;\n          p[j] = s;"),
     # the scores' scratch never freed: every call keeps kv_len floats
     "leak-scores": ("  free(p);\n  free(acc);\n  return SDPA_OK;\n}",
                     "  free(acc);\n  return SDPA_OK;\n}"),
@@ -207,6 +217,8 @@ EXPECT = [
      "error above tolerance"),
     ("gqa-modulo", Case("bug", n_heads=8, n_kv_heads=2, kv_len=20), "fail", "error above"),
     ("gqa-shift", Case("bug", n_heads=14, n_kv_heads=2, kv_len=20), "fail", "NaN in"),
+    ("max-over-hidden-keys", Case("bug", q_len=6, kv_len=140, mask="random", magnitude=100.0,
+                                  n_heads=4, n_kv_heads=2), "fail", "NaN in"),
     ("group-tile-16", Case("bug", n_heads=20, n_kv_heads=1, kv_len=20), "fail", "error above"),
     ("start-pos-implies-causal", Case("bug", q_len=4, kv_len=100, start_pos=40), "fail",
      "error above tolerance"),
@@ -256,6 +268,10 @@ def variants(tmp_path_factory):
                               " for (int64_t h = 0; h < a->n_heads; h++)"
                               " for (int64_t d = 0; d < D; d++)"
                               " store(&a->q, b, i, h, d, load(&a->q, b, i, h, d) * scale);")
+        if name == "max-over-hidden-keys":
+            src = src.replace("float mx = -INFINITY;",
+                              "float mx = -INFINITY;\n        int seen_ = 0;")
+            src = src.replace("if (mx != -INFINITY) {", "if (seen_) {")
         if name.startswith("fp-"):
             src = "#include <fenv.h>\n" + src
         if name == "additive-causal":  # hidden slots' scores get -inf instead of being skipped
