@@ -17,3 +17,18 @@ import shutil  # noqa: E402
 # C++ user kernels need a C++ compiler beside the C one (g++ / c++)
 needs_cxx = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
                                reason="no C++ compiler (g++ / c++) on this machine")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _last_check_file(tmp_path_factory):
+    """`probe check` keeps its failures for --last-failed; the tests' runs keep theirs in
+    a file of their own, not in the user's cache."""
+    import os
+
+    saved = os.environ.get("SDPA_PROBE_LAST_CHECK")
+    os.environ["SDPA_PROBE_LAST_CHECK"] = str(tmp_path_factory.mktemp("state") / "last.json")
+    yield
+    if saved is None:
+        os.environ.pop("SDPA_PROBE_LAST_CHECK", None)
+    else:
+        os.environ["SDPA_PROBE_LAST_CHECK"] = saved

@@ -880,3 +880,41 @@ def test_a_cache_by_buffer_address_is_caught_by_rewriting_the_buffers(tmp_path, 
     assert "rewritten in place" in next(iter(bad.values()))["reason"]
     assert len(recs) > 2
 
+
+
+def test_last_failed_reruns_what_failed_until_it_passes(tmp_path, monkeypatch):
+    """--last-failed: the failing cases of the last run for this kernel, kept until a
+    run sees them pass; with none recorded, the whole selection and a note."""
+    monkeypatch.setenv("SDPA_PROBE_LAST_CHECK", str(tmp_path / "state" / "last.json"))
+    kernel, out = tmp_path / "k.c", tmp_path / "r.json"
+
+    def run(*args):
+        res = runner.invoke(app, ["check", "--kernel", str(kernel), "-k", "gqa-",
+                                  "--json", str(out), *args])
+        return res, {r["case"]: r["status"] for r in json.loads(out.read_text())["records"]}
+
+    kernel.write_text(SRC.replace(*BUGS["gqa-shift"]))
+    res, first = run()
+    failed = {c for c, st in first.items() if st != "pass"}
+    assert res.exit_code == 1 and len(failed) == 5 and len(first) > 5, first
+    res, again = run("--lf")
+    assert res.exit_code == 1 and set(again) == failed, again
+    kernel.write_text(SRC)  # fixed
+    res, fixed = run("--last-failed")
+    assert res.exit_code == 0 and set(fixed) == failed, fixed
+    res, everything = run("--lf")
+    assert res.exit_code == 0 and set(everything) == set(first), everything
+    assert "no failure recorded" in res.output
+
+
+def test_last_failed_state_unreadable_or_unwritable(tmp_path, monkeypatch):
+    state = tmp_path / "last.json"
+    state.write_text("{not json")
+    monkeypatch.setenv("SDPA_PROBE_LAST_CHECK", str(state))
+    res = runner.invoke(app, ["check", "-b", "flash", "-k", "gqa-h8gqa4", "--lf"])
+    assert res.exit_code == 0 and "no failure recorded" in res.output, res.output
+    assert json.loads(state.read_text())["schema"] == 1  # rewritten whole
+    monkeypatch.setenv("SDPA_PROBE_LAST_CHECK", str(tmp_path / "a-file" / "last.json"))
+    (tmp_path / "a-file").write_text("")
+    res = runner.invoke(app, ["check", "-b", "flash", "-k", "gqa-h8gqa4"])
+    assert res.exit_code == 0 and "could not keep this run's failures" in res.output, res.output

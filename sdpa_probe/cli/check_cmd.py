@@ -15,8 +15,9 @@ from rich.table import Table
 from rich.text import Text
 
 from .. import harness, native
+from .. import last_failed as last_failed_record
 from ..backends import executorch_library
-from ..cases import DTYPES, SUITES, Case, suite, tolerance
+from ..cases import DTYPES, SUITES, Case, find_case, suite, tolerance
 from ..errors import ProbeError
 from ..harness import WorkerPool
 from ..report import FAILING, by_backend_family, check_document, exit_code, summary, write_junit
@@ -217,6 +218,10 @@ def check_command(
     golden_dir: Path = typer.Option(None, "--golden-dir",
                                     help="The golden directory (implies --golden; default: "
                                          "$SDPA_PROBE_GOLDEN or the checkout's golden/)."),
+    last_failed: bool = typer.Option(False, "--last-failed", "--lf",
+                                     help="Only the cases that failed, crashed or timed out "
+                                          "in the last run for these backends (all, if none "
+                                          "of them is selected)."),
     no_leak_check: bool = typer.Option(False, "--no-leak-check",
                                        help="Do not repeat passing calls to look for a leak "
                                             "(for a kernel too slow to call 6 more times)."),
@@ -264,6 +269,17 @@ def check_command(
         cases = _select_cases(suite_name, k, dtype, seed, skip)
     if not cases and suite_name not in EXTRA_SUITES:
         raise ProbeError("no case matches the filters")
+    lf_ids = None  # --last-failed: the case ids to keep (cache-sizing records' too)
+    if last_failed:
+        known = last_failed_record.failed_for(names)
+        sizing = {i for i in known if find_case(i) is None}  # cache-sizing records' ids
+        if known & {c.id for c in cases} or (sizing and _runs_cache_sizing(suite_name, dtype,
+                                                                           golden)):
+            lf_ids = known
+            cases = [c for c in cases if c.id in lf_ids]
+        else:
+            out.note(f"--last-failed: no failure recorded for {', '.join(names)} among the "
+                     f"selected cases ({last_failed_record.path()}); checking them all")
     if list_cases:
         if suite_name in EXTRA_SUITES:
             raise ProbeError(f"--list: the {suite_name} suite is not a case list; "
@@ -301,12 +317,17 @@ def check_command(
                 setup["golden"] = str(golden_store.root.resolve())
             pool = WorkerPool(jobs=jobs, timeout=timeout, setup=setup)
             pool.run([(c, names) for c in cases], on_record)
-        if suite_name in EXTRA_SUITES or (suite_name == "default" and golden_store is None
-                                          and not dtype):
-            # -k and --skip filter these records by id too
+        if _runs_cache_sizing(suite_name, dtype, golden_store is not None) and (
+                lf_ids is None or any(find_case(i) is None for i in lf_ids)):
+            # -k, --skip (and --last-failed) filter these records by id too
             records += [r for r in _cache_sizing_records(names, out)
-                        if _wanted(r["case"], k, skip)]
+                        if _wanted(r["case"], k, skip) and (lf_ids is None or r["case"] in lf_ids)]
     seconds = time.perf_counter() - t0
+    try:
+        last_failed_record.record(records, {c.id for c in cases} | {
+            r["case"] for r in records if r["family"] == "cache-sizing"}, names)
+    except OSError as exc:
+        out.warn(f"could not keep this run's failures for --last-failed: {exc}")
 
     order = {c.id: i for i, c in enumerate(cases)}
     records.sort(key=lambda r: (names.index(r["backend"]) if r["backend"] in names else 99,
@@ -338,6 +359,12 @@ def check_command(
             out.print(f"[dim]references: golden data in {golden_store.root} (made with torch "
                       f"{golden_store.manifest['versions'].get('torch')}){skipped}[/]")
     raise typer.Exit(exit_code(records))
+
+
+def _runs_cache_sizing(suite_name: str, dtype, golden: bool) -> bool:
+    """The cache-sizing records come with the default suite (unless --dtype or --golden
+    narrows it) and make the cache-sizing suite."""
+    return suite_name in EXTRA_SUITES or (suite_name == "default" and not golden and not dtype)
 
 
 def _cache_sizing_records(names: list[str], out: Output) -> list[dict]:
