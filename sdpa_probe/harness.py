@@ -182,6 +182,8 @@ def _run_reused(backend, case: Case, prep: Prepared, keep_output: bool) -> dict:
     if rec["status"] in ("fail", "error"):
         rec["reason"] = ("on a second call with its buffers rewritten in place (same pointers, "
                          "new values): " + rec["reason"])
+    if keep_output:
+        rec["_ref"] = new.ref  # (the output kept is the second call's)
     return rec
 
 
