@@ -282,13 +282,17 @@ def _leak_verdict(rec: dict, backend, data, out) -> None:
     """The verdict's last layer: a kernel whose outputs pass but whose every call
     keeps memory fails."""
     from .backends import describe_failure
+    from .native import fp_control, set_fp_control
 
+    fp = fp_control()
     try:
         grew = heap_growth_per_call(backend, data, out)
     except Exception as exc:  # a repeat of a call that passed: the kernel is not repeatable
         rec.update(status="fail", reason="a repeated, identical call failed: "
                    + describe_failure(exc))
         return
+    finally:  # (the first call's environment check stands; the cases after run in it)
+        set_fp_control(fp)
     rec["leak_bytes_per_call"] = grew
     if grew:
         rec.update(status="fail", reason=(
