@@ -16,6 +16,11 @@
  * A kernel library exports `int sdpa_forward(const sdpa_args *)` and returns
  * an sdpa_status; it never aborts the process. sdpa_validate_args() below is
  * the one shared argument check: call it first.
+ *
+ * It may be called from several threads at once and from a small stack; the
+ * same buffers come back every decode step with new contents (keep nothing by
+ * a buffer's address); a call frees what it allocates; it leaves the caller's
+ * floating-point environment as it found it (docs/abi.md).
  */
 #ifndef SDPA_PROBE_H
 #define SDPA_PROBE_H
