@@ -228,7 +228,7 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
     rec.update(v.as_dict())
     if (LEAK_CHECK and v.status == "pass" and before_call is None
             and rec["seconds"] < LEAK_PROBE_MAX_SECONDS):
-        _leak_verdict(rec, backend, prep.data, out)
+        _repeat_verdict(rec, backend, case, prep, out)
     if keep_output:
         rec["_out"] = out
     return rec
@@ -278,15 +278,20 @@ def heap_growth_per_call(backend, data, out) -> int | None:
     return 0
 
 
-def _leak_verdict(rec: dict, backend, data, out) -> None:
-    """The verdict's last layer: a kernel whose outputs pass but whose every call
-    keeps memory fails."""
+def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None:
+    """The verdict's last layer, the call made again: a kernel whose heap grows on every
+    repeat (a leak) fails, and so does one whose answer changes when the same call is
+    made once more into the same output, poisoned again (state a call leaves behind:
+    a staging buffer zeroed only when allocated, a result kept by address)."""
     from .backends import describe_failure
     from .native import fp_control, set_fp_control
+    from .verdict import judge
 
     fp = fp_control()
     try:
-        grew = heap_growth_per_call(backend, data, out)
+        grew = heap_growth_per_call(backend, prep.data, out)
+        out.repoison()
+        backend.run(prep.data, out)
     except Exception as exc:  # a repeat of a call that passed: the kernel is not repeatable
         rec.update(status="fail", reason="a repeated, identical call failed: "
                    + describe_failure(exc))
@@ -298,6 +303,11 @@ def _leak_verdict(rec: dict, backend, data, out) -> None:
         rec.update(status="fail", reason=(
             f"leaks memory: the heap in use grew on each of {LEAK_CALLS} repeats of the same "
             f"call, {grew:,} bytes a call (after {LEAK_WARMUP} warm-up calls)"))
+        return
+    again = judge(case, prep.ref, out, prep.torch_err)
+    if again.status != "pass":
+        rec.update(status="fail", reason="the same call made again, into the same output "
+                   "poisoned again, gives another answer: " + again.reason)
 
 
 # ---- the worker process -------------------------------------------------------------

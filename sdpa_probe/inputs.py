@@ -412,6 +412,11 @@ class OutBuffer:
         n = int(bad.sum())
         return n, (int(np.argwhere(bad.reshape(-1))[0][0]) if n else None)
 
+    def repoison(self) -> None:
+        """The view's elements back to the poison pattern (for a repeated call)."""
+        bits_t, poison = POISON[self.arena.dtype]
+        self.view.view(bits_t)[...] = poison
+
     def values(self) -> np.ndarray:
         """The view as float64 (bf16 bits decoded)."""
         if self.view.dtype == np.uint16:

@@ -918,3 +918,31 @@ def test_last_failed_state_unreadable_or_unwritable(tmp_path, monkeypatch):
     (tmp_path / "a-file").write_text("")
     res = runner.invoke(app, ["check", "-b", "flash", "-k", "gqa-h8gqa4"])
     assert res.exit_code == 0 and "could not keep this run's failures" in res.output, res.output
+
+
+def test_state_a_call_leaves_behind_is_caught_by_the_repeated_call(tmp_path):
+    """The rows staged in F32 in a per-thread buffer zeroed only when (re)allocated: the
+    first call of a size is right, a second of the same size adds onto the first. The
+    repeat layer makes that second call on every case; before it, only cases that
+    happened to follow a case of the same size in their worker caught it."""
+    loop = ("  for (int64_t b = 0; b < a->batch; b++)\n"
+            "    for (int64_t i = 0; i < a->q_len; i++)\n"
+            "      for (int64_t h = 0; h < a->n_heads; h++) {")
+    staging = ("  static _Thread_local struct { float *p; int64_t n; } st_;\n"
+               "  const int64_t n_ = a->batch * a->q_len * a->n_heads * D;\n"
+               "  if (st_.n != n_) {\n    free(st_.p);\n"
+               "    st_.p = calloc((size_t)(n_ > 0 ? n_ : 1), sizeof(float));\n"
+               "    st_.n = n_;\n  }\n")
+    put = "        for (int64_t d = 0; d < D; d++) store(&a->out, b, i, h, d, acc[d]);"
+    staged = ("        float *stage_ = st_.p + ((b * a->q_len + i) * a->n_heads + h) * D;\n"
+              "        for (int64_t d = 0; d < D; d++) {\n"
+              "          stage_[d] += acc[d];\n"
+              "          store(&a->out, b, i, h, d, stage_[d]);\n        }")
+    assert SRC.count(loop) == SRC.count(put) == 1
+    path = tmp_path / "staging.c"
+    path.write_text(SRC.replace(loop, staging + loop).replace(put, staged))
+    backend = NativeBackend("staging", load_user_kernel(path))
+    case = Case("bug", kv_len=20)
+    rec = run_one(backend, case, prepare_case(case))
+    assert rec["status"] == "fail" and "the same call made again" in rec["reason"], rec
+    assert rec["max_abs_err"] <= rec["atol"], rec  # the first call itself was right

@@ -223,8 +223,9 @@ def check_command(
                                           "in the last run for these backends (all, if none "
                                           "of them is selected)."),
     no_leak_check: bool = typer.Option(False, "--no-leak-check",
-                                       help="Do not repeat passing calls to look for a leak "
-                                            "(for a kernel too slow to call 6 more times)."),
+                                       help="Do not repeat passing calls (the leak count and "
+                                            "the repeated call's verdict), for a kernel too "
+                                            "slow to call 7 more times."),
     list_cases: bool = typer.Option(False, "--list",
                                     help="List the cases the filters select (ids, tolerances, "
                                          "FLOPs, bytes; --json - for their parameters) and "
