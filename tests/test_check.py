@@ -797,6 +797,11 @@ def test_a_leak_on_one_path_is_caught_by_the_case_that_takes_it(tmp_path):
     assert res.exit_code == 0, res.output
     (rec,) = json.loads(out.read_text())["records"]
     assert rec["status"] == "pass" and rec["leak_bytes_per_call"] is None, rec
+    # ... and so does --repro, in its worker and in this process
+    repro = ["check", "--kernel", str(path), "--repro", "masked-rows-h4gqa2-q2-kv0-d64-f32"]
+    assert runner.invoke(app, repro).exit_code == 1
+    res = runner.invoke(app, repro + ["--no-leak-check"])
+    assert res.exit_code == 0 and ": pass" in res.output, res.output
 
 
 def test_a_fixed_array_of_per_thread_states_is_caught_by_a_server_thread_count(tmp_path):

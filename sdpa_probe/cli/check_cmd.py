@@ -14,8 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from .. import harness, native
 from .. import last_failed as last_failed_record
+from .. import native
 from ..backends import executorch_library
 from ..cases import DTYPES, SUITES, Case, find_case, suite, tolerance
 from ..errors import ProbeError
@@ -255,15 +255,12 @@ def check_command(
         raise ProbeError("--repro recomputes the reference live; drop --golden")
     names = _resolve_backends(backend, kernel, out)
     out.warn_if_portable()
+    # what each worker process starts with (the repro's too)
+    setup = {"build": dict(native._build_opts), "leak_check": not no_leak_check}
     if repro is not None:
         from .repro import run_repro
 
-        saved, harness.LEAK_CHECK = harness.LEAK_CHECK, not no_leak_check  # (in this process)
-        try:
-            code = run_repro(out, repro, names, save, force, timeout, seed)
-        finally:
-            harness.LEAK_CHECK = saved
-        raise typer.Exit(code)
+        raise typer.Exit(run_repro(out, repro, names, save, force, timeout, seed, setup))
     if suite_name in EXTRA_SUITES:
         cases: list[Case] = []
     else:
@@ -313,7 +310,6 @@ def check_command(
                         last=f"[{style}]{rec['status']}[/] {rec['backend']} {rec['case']}")
 
         if cases:
-            setup = {"build": dict(native._build_opts), "leak_check": not no_leak_check}
             if golden_store is not None:
                 setup["golden"] = str(golden_store.root.resolve())
             pool = WorkerPool(jobs=jobs, timeout=timeout, setup=setup)

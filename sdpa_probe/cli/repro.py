@@ -12,6 +12,7 @@ import numpy as np
 from rich.table import Table
 from rich.text import Text
 
+from .. import harness
 from ..cases import Case, all_cases, tolerance
 from ..errors import ProbeError
 from ..harness import WorkerPool, prepare_case, run_one
@@ -60,7 +61,19 @@ def render_map(emap: np.ndarray, atol: float, max_rows: int = 48) -> Text:
 
 
 def run_repro(out: Output, case_id: str, names: list[str], save: Path | None, force: bool,
-              timeout: float, seed: int) -> int:
+              timeout: float, seed: int, setup: dict | None = None) -> int:
+    """The case in a worker (started with `setup`, as check's are), then in this process
+    for its error map; 1 if a backend failed it."""
+    setup = setup or {}
+    saved, harness.LEAK_CHECK = harness.LEAK_CHECK, setup.get("leak_check", True)
+    try:
+        return _run_repro(out, case_id, names, save, force, timeout, seed, setup)
+    finally:
+        harness.LEAK_CHECK = saved
+
+
+def _run_repro(out: Output, case_id: str, names: list[str], save: Path | None, force: bool,
+               timeout: float, seed: int, setup: dict) -> int:
     case = find_case(case_id)
     if seed:
         case = dataclasses.replace(case, seed=case.seed + seed)
@@ -68,7 +81,7 @@ def run_repro(out: Output, case_id: str, names: list[str], save: Path | None, fo
         raise ProbeError(f"{save} already holds files for {case.id}; use --force to overwrite")
     records: list[dict] = []
     # crash-safe first: a kernel that takes its process down only costs the worker
-    WorkerPool(jobs=1, timeout=timeout).run([(case, names)], records.append)
+    WorkerPool(jobs=1, timeout=timeout, setup=setup).run([(case, names)], records.append)
     prep = prepare_case(case)
     atol, rtol = tolerance(case)
     code = 0
