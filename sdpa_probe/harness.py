@@ -97,18 +97,21 @@ def _on_small_stack(kib: int, fn):
 
 # Rounds of simultaneous calls a concurrent case makes (each caller its own inputs)
 CONCURRENT_ROUNDS = 8
+# A case's other inputs (a second caller's, a reuse case's rewritten buffers) come from
+# its seed plus multiples of this
+OTHER_INPUTS_SEED_STEP = 7919
 
 
 def _run_concurrent(backend, case: Case, prep: Prepared, keep_output: bool) -> dict:
     """case.callers threads call the backend at once, CONCURRENT_ROUNDS times, each
-    with its own inputs (caller k: seed + 7919 k, its reference computed live, as
-    the golden data holds only the case's own) and its own output; the first
-    caller's last record if every call passes, else the first failure, saying
+    with its own inputs (caller k: seed + OTHER_INPUTS_SEED_STEP k, its reference
+    computed live, as the golden data holds only the case's own) and its own output; the
+    first caller's last record if every call passes, else the first failure, saying
     which call it was."""
     import threading
 
-    preps = [prep] + [prepare_case(dataclasses.replace(case, seed=case.seed + 7919 * k))
-                      for k in range(1, case.callers)]
+    preps = [prep] + [prepare_case(dataclasses.replace(
+        case, seed=case.seed + OTHER_INPUTS_SEED_STEP * k)) for k in range(1, case.callers)]
     barrier = threading.Barrier(case.callers)
     found: list = [None] * case.callers
 
@@ -147,15 +150,11 @@ def _run_concurrent(backend, case: Case, prep: Prepared, keep_output: bool) -> d
     return found[0][1]
 
 
-# The second call of a reuse case reads values from this seed further on
-REUSE_SEED_STEP = 7919
-
-
 def _run_reused(backend, case: Case, prep: Prepared, keep_output: bool) -> dict:
     """Two calls on the same buffers: the case's inputs, then new values (seed +
-    REUSE_SEED_STEP) written into those very buffers (same pointers, strides and shapes,
-    as a runtime's static KV cache and mask are rewritten between decode steps), each
-    judged against its own reference. A kernel that keeps what it derived from a buffer
+    OTHER_INPUTS_SEED_STEP) written into those very buffers (same pointers, strides and
+    shapes, as a runtime's static KV cache and mask are rewritten between decode steps),
+    each judged against its own reference. A kernel that keeps what it derived from a buffer
     by its address (dequantised or packed K, a mask's visible ranges) answers the second
     call with the first's. The buffers get their first values back afterwards (the next
     backend in this worker reads them)."""
@@ -166,7 +165,7 @@ def _run_reused(backend, case: Case, prep: Prepared, keep_output: bool) -> dict:
     first = _attempt(backend, case, prep, keep_output)
     if first["status"] != "pass":
         return first
-    new = prepare_case(dataclasses.replace(case, seed=case.seed + REUSE_SEED_STEP))
+    new = prepare_case(dataclasses.replace(case, seed=case.seed + OTHER_INPUTS_SEED_STEP))
     bufs, new_bufs = input_buffers(prep.data), input_buffers(new.data)
     saved = {name: a.copy() for name, a in bufs.items()}
     d = prep.data
