@@ -17,7 +17,7 @@ from rich.text import Text
 from .. import last_failed as last_failed_record
 from .. import native
 from ..backends import executorch_library
-from ..cases import DTYPES, SUITES, Case, find_case, suite, tolerance
+from ..cases import DTYPES, SUITES, Case, all_cases, suite, tolerance
 from ..errors import ProbeError
 from ..harness import WorkerPool
 from ..report import FAILING, by_backend_family, check_document, exit_code, summary, write_junit
@@ -268,11 +268,12 @@ def check_command(
     if not cases and suite_name not in EXTRA_SUITES:
         raise ProbeError("no case matches the filters")
     lf_ids = None  # --last-failed: the case ids to keep (cache-sizing records' too)
+    lf_sizing: set[str] = set()  # ... of which the cache-sizing records'
     if last_failed:
         known = last_failed_record.failed_for(names)
-        sizing = {i for i in known if find_case(i) is None}  # cache-sizing records' ids
-        if known & {c.id for c in cases} or (sizing and _runs_cache_sizing(suite_name, dtype,
-                                                                           golden)):
+        lf_sizing = known - all_cases().keys()
+        if known & {c.id for c in cases} or (lf_sizing and _runs_cache_sizing(suite_name, dtype,
+                                                                              golden)):
             lf_ids = known
             cases = [c for c in cases if c.id in lf_ids]
         else:
@@ -315,7 +316,7 @@ def check_command(
             pool = WorkerPool(jobs=jobs, timeout=timeout, setup=setup)
             pool.run([(c, names) for c in cases], on_record)
         if _runs_cache_sizing(suite_name, dtype, golden_store is not None) and (
-                lf_ids is None or any(find_case(i) is None for i in lf_ids)):
+                lf_ids is None or lf_sizing):
             # -k, --skip (and --last-failed) filter these records by id too
             records += [r for r in _cache_sizing_records(names, out)
                         if _wanted(r["case"], k, skip) and (lf_ids is None or r["case"] in lf_ids)]
