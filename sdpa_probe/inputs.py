@@ -413,7 +413,7 @@ class OutBuffer:
         return n, (int(np.argwhere(bad.reshape(-1))[0][0]) if n else None)
 
     def repoison(self) -> None:
-        """The view's elements back to the poison pattern (for a repeated call)."""
+        """The view's elements to the poison pattern (before a call, or a repeated one)."""
         bits_t, poison = POISON[self.arena.dtype]
         self.view.view(bits_t)[...] = poison
 
@@ -456,8 +456,9 @@ def out_buffer(case: Case) -> OutBuffer:
     view.view(bits_t)[...] = 1
     inside = flat.view(bits_t) == 1
     flat.view(bits_t).fill(guard)
-    view.view(bits_t)[...] = POISON[dt][1]
-    return OutBuffer(flat, view, inside)
+    buf = OutBuffer(flat, view, inside)
+    buf.repoison()
+    return buf
 
 
 __all__ = ["CaseData", "OutBuffer", "materialise", "out_buffer", "make_mask", "KV_BLOCK"]
