@@ -484,10 +484,11 @@ def test_workers_fill_what_a_kernel_mallocs(tmp_path):
     assert rec["status"] == "fail" and "out 3.39615e+38" in rec["reason"], rec["reason"]
 
 
-def _cli_records(tmp_path, name: str, src: str, *filters: str, args: tuple = ()) -> dict:
+def _cli_records(tmp_path, name: str, src: str, *filters: str, args: tuple = (),
+                 exit_code: int = 1) -> dict:
     """`probe check --kernel` on a broken kernel source (in worker processes, so a crash
-    is a record), the given -k filters and other args; its records by case id (exit
-    code 1)."""
+    is a record), the given -k filters and other args; its records by case id (the exit
+    code asserted: 1, some check failed, unless told)."""
     path = tmp_path / name
     path.write_text(src)
     out = tmp_path / "r.json"
@@ -495,7 +496,7 @@ def _cli_records(tmp_path, name: str, src: str, *filters: str, args: tuple = ())
     for f in filters:
         argv += ["-k", f]
     res = runner.invoke(app, argv)
-    assert res.exit_code == 1, res.output
+    assert res.exit_code == exit_code, res.output
     return {r["case"]: r for r in json.loads(out.read_text())["records"]}
 
 
@@ -872,19 +873,25 @@ def _pointer_cache_kernels() -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("name,others", [("mask_ranges.c", "mask-"),
-                                         ("k_dequant.c", "dtype-h8gqa4-q1-kv129-d64-i8")])
-def test_a_cache_by_buffer_address_is_caught_by_rewriting_the_buffers(tmp_path, name, others):
-    """A mask's visible ranges, or int8 K dequantised, kept by the buffer's address: the
-    first call on a buffer is right (every case before stop 28 called once), and the
-    `reuse` cases' second call, the same buffers rewritten with new values as a static
-    KV cache and mask are between decode steps, gets the first call's answer."""
-    recs = _cli_records(tmp_path, name, _pointer_cache_kernels()[name], "reuse-", others)
-    bad = {c: r for c, r in recs.items() if r["status"] != "pass"}
-    assert len(bad) == 1 and all("-reuse" in c for c in bad), recs
-    assert "rewritten in place" in next(iter(bad.values()))["reason"]
-    assert len(recs) > 2
-
+@pytest.mark.parametrize("name,reuse,twin", [
+    ("mask_ranges.c", "reuse-h8gqa4-q1-kv300-d64-f32-random-reuse",
+     "mask-h8gqa4-q1-kv300-d64-f32-random"),
+    ("k_dequant.c", "reuse-h8gqa4-q1-kv129-d64-i8-reuse", "dtype-h8gqa4-q1-kv129-d64-i8")])
+def test_a_cache_by_buffer_address_is_caught_by_rewriting_the_buffers(tmp_path, name, reuse, twin):
+    """A mask's visible ranges, or int8 K dequantised, kept by the buffer's address: a
+    case called once on fresh buffers passes (every case before stop 28 was called once),
+    and the `reuse` case's second call, the same buffers rewritten with new values as a
+    static KV cache and mask are between decode steps, gets the first call's answer.
+    Each case runs alone, in a fresh worker: run together, a freed buffer's address handed
+    to the next case of the same shape makes either's first call stale (a real catch too,
+    but one that depends on the allocator, and it made this test flaky)."""
+    src = _pointer_cache_kernels()[name]
+    recs = _cli_records(tmp_path, name, src, reuse)
+    assert list(recs) == [reuse] and recs[reuse]["status"] == "fail", recs
+    assert "rewritten in place" in recs[reuse]["reason"]
+    recs = _cli_records(tmp_path, name, src, twin, args=("--skip", "-sym", "--skip", "-x100"),
+                        exit_code=0)
+    assert list(recs) == [twin] and recs[twin]["status"] == "pass", recs
 
 
 def test_last_failed_reruns_what_failed_until_it_passes(tmp_path, monkeypatch):
