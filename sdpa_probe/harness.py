@@ -25,17 +25,19 @@ from .errors import CaseUnavailable
 STATUSES = ("pass", "fail", "crash", "timeout", "unsupported", "error")
 
 
-def repro_command(backend: str, case_id: str) -> str:
+def repro_command(backend: str, case_id: str, after: str | None = None) -> str:
+    then = f" --after {after}" if after else ""
     if backend.startswith("user:"):
-        return f"probe check --kernel {backend[5:]} --repro {case_id}"
-    return f"probe check --repro {case_id} --backend {backend}"
+        return f"probe check --kernel {backend[5:]} --repro {case_id}{then}"
+    return f"probe check --repro {case_id} --backend {backend}{then}"
 
 
 def base_record(backend: str, case: Case) -> dict:
     return {"backend": backend, "case": case.id, "family": case.family, "status": "error",
             "reason": "", "max_abs_err": None, "max_rel_err": None, "nmse": None,
             "worst": None, "atol": None, "rtol": None, "torch_err": None, "seconds": None,
-            "leak_bytes_per_call": None, "repro": repro_command(backend, case.id)}
+            "leak_bytes_per_call": None, "fresh_retry": None, "after_case": None,
+            "repro": repro_command(backend, case.id)}
 
 
 # ---- in-process execution (also used by --repro and pytest) -------------------------
@@ -309,6 +311,33 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
                    "poisoned again, gives another answer: " + again.reason)
 
 
+def retry_on_fresh_inputs(rec: dict, backend, case: Case, prep: Prepared,
+                          earlier: Case | None) -> None:
+    """A failed case run once more on fresh copies of its inputs (the same values in new
+    buffers, at other addresses: the first ones are still held). If that passes, the
+    failure came from something other than the inputs: what an earlier call left behind
+    (a cache keyed by a buffer's address that a freed buffer's recycled address hits,
+    scratch kept between calls) or a race. The record stays a failure, says so, and its
+    repro replays the case this backend ran before it in the same process."""
+    from .inputs import materialise
+
+    fresh = Prepared(materialise(case), prep.ref, prep.torch_err)
+    again = run_one(backend, case, fresh)
+    rec["fresh_retry"] = again["status"]
+    if again["status"] != "pass":
+        return
+    if earlier is None:
+        rec["reason"] = ("wrong on the first call, right on fresh copies of the same inputs "
+                         "(a race, or state the first call depended on): " + rec["reason"])
+        return
+    rec["after_case"] = earlier.id
+    rec["repro"] = repro_command(backend.name, case.id, after=earlier.id)
+    rec["reason"] = (f"wrong after {earlier.id} ran in the same process, right on fresh "
+                     "copies of the same inputs: the answer depends on an earlier call (state "
+                     "kept between calls, e.g. keyed by a buffer's address, which a freed "
+                     "buffer's recycled address hits) or on a race: " + rec["reason"])
+
+
 # ---- the worker process -------------------------------------------------------------
 
 def _worker_main(conn, setup: dict) -> None:
@@ -331,6 +360,7 @@ def _worker_main(conn, setup: dict) -> None:
     global LEAK_CHECK
     LEAK_CHECK = setup.get("leak_check", True)
     backends: dict = {}
+    earlier: dict[str, Case] = {}  # the case each backend ran last in this process
     conn.send(("ready",))
     while True:
         try:
@@ -360,9 +390,12 @@ def _worker_main(conn, setup: dict) -> None:
                 if name not in backends:
                     backends[name] = make_backend(name)
                 rec = run_one(backends[name], case, prep)
+                if rec["status"] == "fail":
+                    retry_on_fresh_inputs(rec, backends[name], case, prep, earlier.get(name))
             except Exception as exc:
                 rec = base_record(name, case)
                 rec["reason"] = f"{type(exc).__name__}: {exc}"[:300]
+            earlier[name] = case
             conn.send(("rec", rec))
         conn.send(("done",))
 

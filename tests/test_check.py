@@ -894,6 +894,74 @@ def test_a_cache_by_buffer_address_is_caught_by_rewriting_the_buffers(tmp_path, 
     assert list(recs) == [twin] and recs[twin]["status"] == "pass", recs
 
 
+def test_a_failure_right_on_fresh_copies_names_the_case_run_before_it(tmp_path):
+    """The CI flake of stop 28, made on purpose: int8 K dequantised by K's address, and
+    the next case's K given the freed buffer's address (here: written into the same
+    buffers). Its call is wrong, the same call on fresh copies of its inputs is right:
+    the record says the failure depends on the case before it, and its repro replays
+    that case first."""
+    import dataclasses
+
+    from sdpa_probe.harness import Prepared, retry_on_fresh_inputs
+    from sdpa_probe.inputs import input_buffers
+
+    path = tmp_path / "k_dequant.c"
+    path.write_text(_pointer_cache_kernels()["k_dequant.c"])
+    backend = NativeBackend("user:k_dequant.c", load_user_kernel(path))
+    first = next(c for c in suite("default") if c.id == "dtype-h8gqa4-q1-kv129-d64-i8")
+    then = dataclasses.replace(first, seed=first.seed + 1)
+    prep = prepare_case(first)
+    assert run_one(backend, first, prep)["status"] == "pass"
+    new = prepare_case(then)
+    for name, a in input_buffers(prep.data).items():
+        np.copyto(a, input_buffers(new.data)[name])
+    d = prep.data
+    recycled = Prepared(dataclasses.replace(new.data, q_store=d.q_store, k_store=d.k_store,
+                                            v_store=d.v_store, mask=d.mask),
+                        new.ref, new.torch_err)
+    rec = run_one(backend, then, recycled)
+    assert rec["status"] == "fail"
+    retry_on_fresh_inputs(rec, backend, then, recycled, first)
+    assert rec["status"] == "fail" and rec["fresh_retry"] == "pass", rec
+    assert rec["after_case"] == first.id and f"wrong after {first.id}" in rec["reason"]
+    assert rec["repro"].endswith(f"--repro {then.id} --after {first.id}"), rec["repro"]
+
+
+def test_a_kernel_wrong_only_on_its_first_call_is_told_apart(tmp_path):
+    """Wrong on the process's first call only (a lazily built table used before it is
+    filled): the check's record says the same inputs gave the right answer afterwards."""
+    entry = "int sdpa_forward(const sdpa_args *a) {"
+    put = "        for (int64_t d = 0; d < D; d++) store(&a->out, b, i, h, d, acc[d]);"
+    assert SRC.count(entry) == SRC.count(put) == 1
+    src = SRC.replace(entry, "static int calls_;\n" + entry).replace(
+        "int st = sdpa_validate_args(a);",
+        "int st = sdpa_validate_args(a);\n  const int first_ = calls_++ == 0;").replace(
+        put, "        for (int64_t d = 0; d < D; d++) "
+             "store(&a->out, b, i, h, d, first_ ? 0.5f * acc[d] : acc[d]);")
+    recs = _cli_records(tmp_path, "first_call.c", src, "gqa-h8gqa4-q1-kv129-d64-f32")
+    (rec,) = recs.values()
+    assert rec["status"] == "fail" and rec["fresh_retry"] == "pass", rec
+    assert rec["reason"].startswith("wrong on the first call, right on fresh copies"), rec
+
+
+def test_repro_after_replays_the_case_a_failure_depends_on(tmp_path):
+    """int8 K dequantised once per shape (no address in the key): the symmetric case is
+    right alone and wrong after the asymmetric one of the same shape, in one process."""
+    path = tmp_path / "k_shape.c"
+    path.write_text(_pointer_cache_kernels()["k_dequant.c"].replace(
+        "kc_.data != t->data || ", ""))
+    case, before = "dtype-h8gqa4-q1-kv129-d64-i8-sym", "dtype-h8gqa4-q1-kv129-d64-i8"
+    res = runner.invoke(app, ["check", "--kernel", str(path), "--repro", case])
+    assert res.exit_code == 0 and f"on {case}: pass" in " ".join(res.output.split())
+    res = runner.invoke(app, ["check", "--kernel", str(path), "--repro", case,
+                              "--after", before])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 1 and f"ran first: user:{path} on {before}: pass" in text, text
+    assert f"on {case}: fail - error above tolerance" in text, text
+    res = runner.invoke(app, ["check", "--kernel", str(path), "--after", before])
+    assert res.exit_code == 2 and "--after needs --repro" in res.output
+
+
 def test_last_failed_reruns_what_failed_until_it_passes(tmp_path, monkeypatch):
     """--last-failed: the failing cases of the last run for this kernel, kept until a
     run sees them pass; with none recorded, the whole selection and a note."""

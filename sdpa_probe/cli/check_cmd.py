@@ -209,6 +209,10 @@ def check_command(
     timeout: float = typer.Option(60.0, "--timeout", min=0.1,
                                   help="Seconds per (backend, case) before it is a timeout."),
     repro: str = typer.Option(None, "--repro", help="Rerun one case id and show where it fails."),
+    after: list[str] = typer.Option(None, "--after",
+                                    help="With --repro: run these case ids first, in the same "
+                                         "process (a failure that depends on an earlier call; "
+                                         "check's records name the case)."),
     save: Path = typer.Option(None, "--save", help="With --repro: write inputs, reference and "
                                                    "a torch-only script to this directory."),
     force: bool = typer.Option(False, "--force", help="With --save: overwrite existing files."),
@@ -241,6 +245,8 @@ def check_command(
                          f"{', '.join(list(SUITES) + list(EXTRA_SUITES))}")
     if save is not None and repro is None:
         raise ProbeError("--save needs --repro CASE_ID")
+    if after and repro is None:
+        raise ProbeError("--after needs --repro CASE_ID")
     if save is not None and save.exists() and not save.is_dir():
         raise ProbeError(f"--save {save} is not a directory")
     if seed < 0:
@@ -260,7 +266,8 @@ def check_command(
     if repro is not None:
         from .repro import run_repro
 
-        raise typer.Exit(run_repro(out, repro, names, save, force, timeout, seed, setup))
+        raise typer.Exit(run_repro(out, repro, names, save, force, timeout, seed, setup,
+                                   after=after or []))
     if suite_name in EXTRA_SUITES:
         cases: list[Case] = []
     else:

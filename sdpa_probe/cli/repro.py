@@ -61,27 +61,35 @@ def render_map(emap: np.ndarray, atol: float, max_rows: int = 48) -> Text:
 
 
 def run_repro(out: Output, case_id: str, names: list[str], save: Path | None, force: bool,
-              timeout: float, seed: int, setup: dict | None = None) -> int:
+              timeout: float, seed: int, setup: dict | None = None,
+              after: list[str] = ()) -> int:
     """The case in a worker (started with `setup`, as check's are), then in this process
-    for its error map; 1 if a backend failed it."""
+    for its error map; 1 if a backend failed it. The `after` cases run first, on the same
+    backends in the same process each time (their verdicts are not this repro's)."""
     setup = setup or {}
     saved, harness.LEAK_CHECK = harness.LEAK_CHECK, setup.get("leak_check", True)
     try:
-        return _run_repro(out, case_id, names, save, force, timeout, seed, setup)
+        return _run_repro(out, case_id, names, save, force, timeout, seed, setup, after)
     finally:
         harness.LEAK_CHECK = saved
 
 
 def _run_repro(out: Output, case_id: str, names: list[str], save: Path | None, force: bool,
-               timeout: float, seed: int, setup: dict) -> int:
-    case = find_case(case_id)
+               timeout: float, seed: int, setup: dict, after: list[str]) -> int:
+    case, first = find_case(case_id), [find_case(c) for c in after]
     if seed:
         case = dataclasses.replace(case, seed=case.seed + seed)
+        first = [dataclasses.replace(c, seed=c.seed + seed) for c in first]
     if save is not None and save.exists() and any(save.glob(f"{case.id}.*")) and not force:
         raise ProbeError(f"{save} already holds files for {case.id}; use --force to overwrite")
     records: list[dict] = []
     # crash-safe first: a kernel that takes its process down only costs the worker
-    WorkerPool(jobs=1, timeout=timeout, setup=setup).run([(case, names)], records.append)
+    WorkerPool(jobs=1, timeout=timeout, setup=setup).run(
+        [(c, names) for c in first] + [(case, names)], records.append)
+    n_first = len(records) - len(names)  # (one record per backend and case, in order)
+    for rec in records[:n_first]:
+        out.print(f"ran first: {rec['backend']} on {rec['case']}: {rec['status']}")
+    records = records[n_first:]
     prep = prepare_case(case)
     atol, rtol = tolerance(case)
     code = 0
@@ -95,7 +103,10 @@ def _run_repro(out: Output, case_id: str, names: list[str], save: Path | None, f
             continue
         from ..backends import make_backend
 
-        full = run_one(make_backend(rec["backend"]), case, prep, keep_output=True)
+        backend = make_backend(rec["backend"])
+        for c in first:  # (the same history in this process, before the call shown)
+            run_one(backend, c, prepare_case(c))
+        full = run_one(backend, case, prep, keep_output=True)
         vals, ref = full["_out"].values(), full.get("_ref", prep.ref)
         t = Table(show_header=False, box=None)
         t.add_row("max abs err", f"{full['max_abs_err']:.3e}")
