@@ -439,6 +439,43 @@ class _Slot:
 MALLOC_PERTURB = 0x80  # glibc fills a malloc'd block with this ^ 0xFF, freed ones with it
 
 
+def malloc_debug_library() -> str | None:
+    """glibc's malloc debugging library (2.34 on), beside the libc this process runs on:
+    with glibc.malloc.check=3 it puts a guard byte right after each block's requested
+    size and aborts when a block whose guard was overwritten is freed. None where there
+    is none, or LD_PRELOAD is already set (the user's own preload, e.g. a sanitizer,
+    stays alone)."""
+    if os.environ.get("LD_PRELOAD") or os.environ.get("SDPA_PROBE_NO_MALLOC_CHECK"):
+        return None
+    try:
+        with open("/proc/self/maps") as fh:
+            libc = next((ln.split()[-1] for ln in fh if ln.rstrip().endswith("/libc.so.6")),
+                        None)
+    except OSError:
+        return None
+    if libc is None:
+        return None
+    path = os.path.join(os.path.dirname(libc), "libc_malloc_debug.so.0")
+    return path if os.path.exists(path) else None
+
+
+# what glibc prints when it aborts on a corrupted heap (malloc/malloc.c, malloc-check.c)
+HEAP_ABORTS = ("free(): invalid", "double free or corruption", "invalid next size",
+               "corrupted size vs. prev_size", "corrupted double-linked list",
+               "munmap_chunk(): invalid pointer", "realloc(): invalid", "malloc(): ",
+               "free(): corrupted", "malloc_consolidate(): ")
+
+
+def explain_heap_abort(said: str) -> str:
+    """A note on glibc's heap-corruption aborts, whose own words do not say what the
+    kernel did; empty for anything else."""
+    if not any(m in said for m in HEAP_ABORTS):
+        return ""
+    return (" (glibc found its heap corrupted: a block written past its end (check's "
+            "workers guard the byte after each block's requested size), freed twice, or "
+            "a pointer freed that malloc did not return)")
+
+
 class WorkerPool:
     """Runs jobs on N worker processes with crash and timeout isolation."""
 
@@ -463,17 +500,24 @@ class WorkerPool:
         # as F16): a kernel that reads scratch it never wrote gets garbage every time,
         # not what the heap held (often zeros: a pass by luck). Without the per-thread
         # cache, which hands blocks back unfilled.
-        saved = os.environ.get("GLIBC_TUNABLES")
+        tunables = [f"glibc.malloc.perturb={MALLOC_PERTURB}", "glibc.malloc.tcache_count=0"]
+        env = {}
+        debug = malloc_debug_library()
+        if debug is not None:  # (not over a preload of the user's own: a sanitizer, say)
+            env["LD_PRELOAD"] = debug
+            tunables.append("glibc.malloc.check=3")
+        saved = {k: os.environ.get(k) for k in ("GLIBC_TUNABLES", *env)}
         os.environ["GLIBC_TUNABLES"] = ":".join(
-            t for t in (saved, f"glibc.malloc.perturb={MALLOC_PERTURB}",
-                        "glibc.malloc.tcache_count=0") if t)
+            t for t in (saved["GLIBC_TUNABLES"], *tunables) if t)
+        os.environ.update(env)
         try:
             proc.start()
         finally:
-            if saved is None:
-                os.environ.pop("GLIBC_TUNABLES", None)
-            else:
-                os.environ["GLIBC_TUNABLES"] = saved
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         child.close()
         return _Slot(proc, parent, log, deadline=time.monotonic() + self.startup_timeout)
 
@@ -538,7 +582,7 @@ class WorkerPool:
         why = _signal_name(s.proc.exitcode)
         said = _last_words(s.log)
         if said:
-            why += f"; it printed: {said}"
+            why += f"; it printed: {said}{explain_heap_abort(said)}"
         if s.case is not None and s.pending:
             return self._replace(s, queue, on_record, status="crash",
                                  reason=f"worker process died: {why}")

@@ -11,7 +11,7 @@ import torch
 from conftest import EXAMPLE_KERNEL, needs_cxx
 from typer.testing import CliRunner
 
-from sdpa_probe import native
+from sdpa_probe import harness, native
 from sdpa_probe.backends import NativeBackend
 from sdpa_probe.cases import Case, suite
 from sdpa_probe.cli import app
@@ -960,6 +960,36 @@ def test_repro_after_replays_the_case_a_failure_depends_on(tmp_path):
     assert f"on {case}: fail - error above tolerance" in text, text
     res = runner.invoke(app, ["check", "--kernel", str(path), "--after", before])
     assert res.exit_code == 2 and "--after needs --repro" in res.output
+
+
+@pytest.mark.skipif(harness.malloc_debug_library() is None,
+                    reason="no glibc malloc debugging library here")
+def test_a_scratch_block_one_float_short_is_caught_by_the_heap_guard(tmp_path):
+    """The row accumulator malloc'd one float short, the kind of size slip in a
+    per-thread scratch computation ExecuTorch's quantized SDPA review caught by eye.
+    glibc rounds a 252-byte request up to a 264-byte chunk, so the write past the end
+    lands in slack and nothing else notices: before the workers' heap guard this kernel
+    passed every case whose head_dim's row did not end on a chunk boundary (160 of 162,
+    all but head_dim 67). The guard byte after the requested size is checked on free."""
+    short = SRC.replace("float *acc = malloc((size_t)D * sizeof(float));",
+                        "float *acc = malloc((size_t)D * sizeof(float) - sizeof(float));")
+    assert short != SRC
+    recs = _cli_records(tmp_path, "acc_short.c", short, "gqa-h8", args=("--dtype", "f32"))
+    caught = [r for r in recs.values()
+              if r["status"] == "crash" and "glibc found its heap corrupted" in r["reason"]]
+    # (the guard byte's value comes from the block's address; an output float whose low
+    # byte equals it, 1 in 256, hides the overwrite for that case)
+    assert len(recs) >= 4 and len(caught) >= len(recs) - 1, recs
+
+
+def test_the_heap_guard_stays_off_under_a_users_preload(monkeypatch):
+    monkeypatch.setenv("LD_PRELOAD", "libasan.so")
+    assert harness.malloc_debug_library() is None
+    monkeypatch.delenv("LD_PRELOAD")
+    monkeypatch.setenv("SDPA_PROBE_NO_MALLOC_CHECK", "1")
+    assert harness.malloc_debug_library() is None
+    assert harness.explain_heap_abort("free(): invalid pointer")
+    assert not harness.explain_heap_abort("Assertion `x' failed.")
 
 
 def test_last_failed_reruns_what_failed_until_it_passes(tmp_path, monkeypatch):
