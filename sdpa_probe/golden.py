@@ -610,8 +610,8 @@ def select_cases(specs: list[str] | None, suite_name: str) -> list[Case]:
                 continue
             hits = [every[s]] if s in every else [c for i, c in every.items() if s in i]
             if not hits:
-                raise ProbeError(f"no case id matches {s!r} (ids: probe check --suite full "
-                                 f"--json - | jq '.records[].case')")
+                raise ProbeError(f"no case id matches {s!r} (ids: probe check --list --suite "
+                                 f"full)")
             for c in hits:
                 chosen[c.id] = c
     if not chosen:

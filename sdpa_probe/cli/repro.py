@@ -33,8 +33,8 @@ def find_case(case_id: str, seed: int = 0) -> Case:
         return dataclasses.replace(cases[m.group(1)], seed=int(m.group(2)))
     close = [c for c in cases if case_id in c][:5]
     hint = f"; did you mean {', '.join(close)}" if close else ""
-    raise ProbeError(f"unknown case id {case_id!r}{hint} (list them: probe check --suite full "
-                     f"--json - | jq '.records[].case')")
+    raise ProbeError(f"unknown case id {case_id!r}{hint} (list them: probe check --list "
+                     f"--suite full)")
 
 
 def render_map(emap: np.ndarray, atol: float, max_rows: int = 48) -> Text:
