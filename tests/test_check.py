@@ -992,6 +992,25 @@ def test_the_heap_guard_stays_off_under_a_users_preload(monkeypatch):
     assert not harness.explain_heap_abort("Assertion `x' failed.")
 
 
+@pytest.mark.parametrize("old,new,dtype", [
+    ("int64_t qo = b * t->qstride[0] + s * t->qstride[1] + h * t->qstride[2];",
+     "int64_t qo = b * t->qstride[0] + (int16_t)s * t->qstride[1] + h * t->qstride[2];", "i8"),
+    ("case SDPA_F16: return f16_to_f32(((const uint16_t *)t->data)[off]);",
+     "case SDPA_F16: return f16_to_f32(((const uint16_t *)t->data)[b * t->stride[0] + "
+     "(uint16_t)s * t->stride[1] + h * t->stride[2] + d * t->stride[3]]);", "f16")])
+def test_a_16_bit_token_index_is_caught_past_65536_keys(tmp_path, old, new, dtype):
+    """A token index kept in 16 bits on one dtype's path alone (int8's scales, F16's
+    values): every case up to 2,049 keys passes; the `long` cases, 70,001 keys, read
+    the wrong tokens (or before the tensor). The F16 one also needs the F16 atol not to
+    grow with kv_len as the accumulation's part does: grown, it was 1.3e-2 there and
+    this mutant's 8.2e-3 error passed."""
+    assert SRC.count(old) == 1
+    recs = _cli_records(tmp_path, f"short_index_{dtype}.c", SRC.replace(old, new),
+                        "long-", f"dtype-h8gqa4-q1-kv129-d64-{dtype}", args=("--dtype", dtype))
+    bad = {c for c, r in recs.items() if r["status"] != "pass"}
+    assert bad and all(c.startswith("long-") for c in bad), recs
+
+
 def test_last_failed_reruns_what_failed_until_it_passes(tmp_path, monkeypatch):
     """--last-failed: the failing cases of the last run for this kernel, kept until a
     run sees them pass; with none recorded, the whole selection and a note."""
