@@ -83,6 +83,9 @@ class Case:
             raise ValueError("stack_kib: 0 (the default stack) or at least 64")
         if self.reuse and (self.layout == "far" or self.callers > 1):
             raise ValueError("reuse: not with the far layout or several callers")
+        if self.stack_kib and (self.reuse or self.callers > 1):
+            # (run_one takes those paths first: the small stack would be dropped silently)
+            raise ValueError("stack_kib: not with reuse or several callers")
         if self.layout == "far" and self.batch < 2:
             raise ValueError("layout far needs batch >= 2 (batch 1 is the far one)")
 

@@ -1075,3 +1075,12 @@ def test_state_a_call_leaves_behind_is_caught_by_the_repeated_call(tmp_path):
     rec = run_one(backend, case, prepare_case(case))
     assert rec["status"] == "fail" and "the same call made again" in rec["reason"], rec
     assert rec["max_abs_err"] <= rec["atol"], rec  # the first call itself was right
+
+
+def test_a_case_cannot_ask_for_a_small_stack_it_would_not_get():
+    """run_one takes the two-caller and reuse paths before the small-stack one, so a
+    case combining them would silently run on the default stack: refused instead."""
+    for extra in ({"reuse": True}, {"callers": 2}):
+        with pytest.raises(ValueError, match="stack_kib"):
+            Case("bug", kv_len=20, stack_kib=256, **extra)
+    assert Case("bug", kv_len=20, stack_kib=256).stack_kib == 256
