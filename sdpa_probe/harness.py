@@ -434,6 +434,7 @@ class _Slot:
     case: Case | None = None
     pending: list = dataclasses.field(default_factory=list)
     deadline: float = 0.0
+    n_jobs: int = 0  # jobs sent to this process
 
 
 MALLOC_PERTURB = 0x80  # glibc fills a malloc'd block with this ^ 0xFF, freed ones with it
@@ -480,8 +481,9 @@ class WorkerPool:
     """Runs jobs on N worker processes with crash and timeout isolation."""
 
     def __init__(self, jobs: int = 1, timeout: float = 30.0, setup: dict | None = None,
-                 startup_timeout: float = 180.0):
+                 startup_timeout: float = 180.0, fresh_per_job: bool = False):
         self.n = max(1, jobs)
+        self.fresh_per_job = fresh_per_job  # a new process for every job (check --isolate)
         self.timeout = timeout
         self.startup_timeout = startup_timeout
         self.setup = setup or {}
@@ -537,6 +539,7 @@ class WorkerPool:
                     if s.ready and s.case is None and queue:
                         case, names = queue.popleft()
                         s.case, s.pending = case, list(names)
+                        s.n_jobs += 1
                         s.deadline = time.monotonic() + self.timeout
                         s.conn.send((case.params(), names))
                 now = time.monotonic()
@@ -574,6 +577,16 @@ class WorkerPool:
                     s.deadline = time.monotonic() + self.timeout
                 elif msg[0] == "done":
                     s.case, s.pending = None, []
+                    if self.fresh_per_job:
+                        break
+            if self.fresh_per_job and s.case is None and s.ready and s.n_jobs:
+                try:
+                    s.conn.send(None)  # (it exits on its own; killed if it does not)
+                    s.proc.join(2)
+                except (OSError, BrokenPipeError):
+                    pass
+                self._kill(s)
+                return self._spawn()
             return s
         except (EOFError, OSError):
             pass

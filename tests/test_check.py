@@ -942,6 +942,11 @@ def test_a_kernel_wrong_only_on_its_first_call_is_told_apart(tmp_path):
     (rec,) = recs.values()
     assert rec["status"] == "fail" and rec["fresh_retry"] == "pass", rec
     assert rec["reason"].startswith("wrong on the first call, right on fresh copies"), rec
+    # one worker: only the case it runs first fails; --isolate: each case is a first call
+    two = ("gqa-h8gqa4-q1-kv129-d64-f32", "gqa-h8gqa2-q1-kv129-d64-f32")
+    for args, n_failed in ((("-j", "1"), 1), (("-j", "1", "--isolate"), 2)):
+        recs = _cli_records(tmp_path, "first_call.c", src, *two, args=args)
+        assert sum(r["status"] == "fail" for r in recs.values()) == n_failed, (args, recs)
 
 
 def test_repro_after_replays_the_case_a_failure_depends_on(tmp_path):

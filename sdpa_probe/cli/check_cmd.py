@@ -226,6 +226,10 @@ def check_command(
                                      help="Only the cases that failed, crashed or timed out "
                                           "in the last run for these backends (all, if none "
                                           "of them is selected)."),
+    isolate: bool = typer.Option(False, "--isolate",
+                                 help="Each case in a fresh worker process: no verdict can "
+                                      "depend on a case run before it (a process start a "
+                                      "case: slower)."),
     no_leak_check: bool = typer.Option(False, "--no-leak-check",
                                        help="Do not repeat passing calls (the leak count and "
                                             "the repeated call's verdict), for a kernel too "
@@ -320,7 +324,7 @@ def check_command(
         if cases:
             if golden_store is not None:
                 setup["golden"] = str(golden_store.root.resolve())
-            pool = WorkerPool(jobs=jobs, timeout=timeout, setup=setup)
+            pool = WorkerPool(jobs=jobs, timeout=timeout, setup=setup, fresh_per_job=isolate)
             pool.run([(c, names) for c in cases], on_record)
         if _runs_cache_sizing(suite_name, dtype, golden_store is not None) and (
                 lf_ids is None or lf_sizing):
