@@ -28,7 +28,9 @@ def by_backend_family(records: list[dict]) -> dict:
 
 
 def check_document(records: list[dict], *, suite: str, seconds: float, backends: list[str],
-                   seed: int) -> dict:
+                   seed: int, run: dict | None = None) -> dict:
+    """The `--json` document; `run`: how the cases were run (isolation, leak check,
+    heap guard), so that two documents' verdicts can be told apart by it."""
     import numpy
     import torch
 
@@ -40,6 +42,7 @@ def check_document(records: list[dict], *, suite: str, seconds: float, backends:
                         "numpy": numpy.__version__, "machine": platform.machine()},
         "suite": suite,
         "seed": seed,
+        "run": run or {},
         "backends": backends,
         "seconds": seconds,
         "records": clean,

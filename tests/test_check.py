@@ -377,6 +377,8 @@ def test_check_json_to_stdout_and_failure_exit_code(tmp_path):
     failing = [r for r in doc["records"] if r["status"] == "fail"]
     assert all("never written" in r["reason"] for r in failing)
     assert all(r["repro"].startswith("probe check --kernel") for r in failing)
+    assert doc["run"] == {"isolate": False, "leak_check": True,
+                          "heap_guard": harness.malloc_debug_library() is not None}
 
 
 def test_check_example_kernel_via_cli():

@@ -341,7 +341,12 @@ def check_command(
     order = {c.id: i for i, c in enumerate(cases)}
     records.sort(key=lambda r: (names.index(r["backend"]) if r["backend"] in names else 99,
                                 order.get(r["case"], 1 << 30)))
-    doc = check_document(records, suite=suite_name, seconds=seconds, backends=names, seed=seed)
+    from ..harness import malloc_debug_library
+
+    run = {"isolate": isolate, "leak_check": not no_leak_check,
+           "heap_guard": malloc_debug_library() is not None}
+    doc = check_document(records, suite=suite_name, seconds=seconds, backends=names, seed=seed,
+                         run=run)
     if golden_store is not None:
         m = golden_store.manifest
         doc["reference"] = {"source": "golden", "dir": str(golden_store.root),
