@@ -134,7 +134,9 @@ class ExecutorchBackend:
             raise Unsupported("custom_sdpa cannot express q_len > kv_len without causal")
         with torch.no_grad():
             if c.dtype == "i8" and c.out_dtype != "i8":
-                raise Unsupported("custom_quantized_sdpa: float Q over an int8 cache not wired")
+                # (1.5.1 given a float Q logs "validate_flash_attention_args ... Invalid
+                # arguments" and returns its output unwritten, raising nothing)
+                raise Unsupported("custom_quantized_sdpa takes no float Q over an int8 cache")
             if c.dtype == "i8":
                 def call():
                     return self._quantized(data, mask, is_causal, scale, start_pos)
