@@ -326,6 +326,11 @@ def retry_on_fresh_inputs(rec: dict, backend, case: Case, prep: Prepared,
     rec["fresh_retry"] = again["status"]
     if again["status"] != "pass":
         return
+    if case.callers > 1:  # (its callers race each other: the likelier cause)
+        rec["reason"] = (f"wrong in one run of {case.callers} concurrent calls, right in "
+                         "another on fresh copies of the same inputs: a race between the "
+                         "callers (or state an earlier call left): " + rec["reason"])
+        return
     if earlier is None:
         rec["reason"] = ("wrong on the first call, right on fresh copies of the same inputs "
                          "(a race, or state the first call depended on): " + rec["reason"])

@@ -951,6 +951,30 @@ def test_a_kernel_wrong_only_on_its_first_call_is_told_apart(tmp_path):
         assert sum(r["status"] == "fail" for r in recs.values()) == n_failed, (args, recs)
 
 
+def test_a_two_caller_failure_right_on_retry_is_put_down_to_a_race(tmp_path):
+    """With two callers, a failure that a retry on fresh copies does not repeat is most
+    likely their race; the reason says so rather than blaming an earlier case."""
+    from sdpa_probe.harness import retry_on_fresh_inputs
+
+    entry = "int sdpa_forward(const sdpa_args *a) {"
+    put = "        for (int64_t d = 0; d < D; d++) store(&a->out, b, i, h, d, acc[d]);"
+    src = SRC.replace(entry, "/* two callers */ static int calls_;\n" + entry).replace(
+        "int st = sdpa_validate_args(a);",
+        "int st = sdpa_validate_args(a);\n  const int first_ = calls_++ == 0;").replace(
+        put, "        for (int64_t d = 0; d < D; d++) "
+             "store(&a->out, b, i, h, d, first_ ? 0.5f * acc[d] : acc[d]);")
+    path = tmp_path / "first_call_c2.c"
+    path.write_text(src)
+    backend = NativeBackend("first", load_user_kernel(path))
+    case = next(c for c in suite("default") if c.callers > 1 and c.dtype == "f32")
+    prep = prepare_case(case)
+    rec = run_one(backend, case, prep)
+    assert rec["status"] == "fail", rec
+    retry_on_fresh_inputs(rec, backend, case, prep, earlier=None)
+    assert rec["fresh_retry"] == "pass", rec
+    assert rec["reason"].startswith("wrong in one run of 2 concurrent calls"), rec["reason"]
+
+
 def test_repro_after_replays_the_case_a_failure_depends_on(tmp_path):
     """int8 K dequantised once per shape (no address in the key): the symmetric case is
     right alone and wrong after the asymmetric one of the same shape, in one process."""
