@@ -329,6 +329,13 @@ def _default() -> list[Case]:
                    dtype="f16"))
     cs.append(Case("logits", q_len=3, kv_len=130, magnitude=1e-3, n_heads=4, n_kv_heads=2))
     cs.append(Case("logits", q_len=3, kv_len=130, scale=0.5, n_heads=4, n_kv_heads=2))
+    # an explicit scale through the F16, BF16 and int8 paths (decode and a short prefill):
+    # a kernel whose low-precision path alone falls back to 1/sqrt(head_dim) passed
+    # every case with the F32 one above as the only explicit scale
+    for q, dt, qdt in ((1, "f16", ""), (3, "f16", "f32"), (3, "bf16", ""), (1, "i8", ""),
+                       (3, "i8", "")):
+        cs.append(Case("logits", q_len=q, kv_len=130, scale=0.5, n_heads=8, n_kv_heads=2,
+                       dtype=dt, q_dtype=qdt))
     # storage dtypes
     for dt in ("f16", "bf16", "i8"):
         cs.append(Case("dtype", q_len=1, kv_len=KV_BLOCK + 1, dtype=dt))

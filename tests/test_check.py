@@ -1042,6 +1042,20 @@ def test_a_16_bit_token_index_is_caught_past_65536_keys(tmp_path, old, new, dtyp
     assert bad and all(c.startswith("long-") for c in bad), recs
 
 
+def test_an_explicit_scale_ignored_off_the_f32_path_is_caught(tmp_path):
+    """The explicit scale honoured on the F32 path alone (the F16 / BF16 / int8 paths
+    falling back to 1/sqrt(head_dim)): until stop 29 the one explicit-scale case was
+    F32, and this kernel passed all 166 cases."""
+    old = "const float scale = a->scale > 0 ? a->scale : 1.0f / sqrtf((float)D);"
+    assert SRC.count(old) == 1
+    recs = _cli_records(tmp_path, "scale_f32_only.c", SRC.replace(old, (
+        "const float scale = a->scale > 0 && a->k.dtype == SDPA_F32 ? a->scale : "
+        "1.0f / sqrtf((float)D);")), "logits-")
+    bad = {c for c, r in recs.items() if r["status"] != "pass"}
+    assert bad == {c for c in recs if "scale" in c and not c.endswith("-f32-scale0.5")}, recs
+    assert len(bad) == 5
+
+
 def test_last_failed_reruns_what_failed_until_it_passes(tmp_path, monkeypatch):
     """--last-failed: the failing cases of the last run for this kernel, kept until a
     run sees them pass; with none recorded, the whole selection and a note."""
