@@ -279,6 +279,18 @@ def _default() -> list[Case]:
                    n_kv_heads=2))
     cs.append(Case("mask", q_len=1, kv_len=300, mask="random", magnitude=100.0, n_heads=8,
                    n_kv_heads=2))
+    # the same through the low-precision paths: a mask read as hidden / visible only (its
+    # finite biases dropped), or a softmax without its max, on the F16 / BF16 / int8 path
+    # alone passed every case, the random masks and large logits being F32 (and int8
+    # decode) only
+    cs.append(Case("mask", q_len=1, kv_len=300, mask="random", n_heads=8, n_kv_heads=2,
+                   dtype="f16"))
+    cs.append(Case("mask", q_len=6, kv_len=140, mask="random", causal=True, start_pos=134,
+                   n_heads=4, n_kv_heads=2, dtype="f16"))
+    cs.append(Case("mask", q_len=2, kv_len=140, mask="random", n_heads=4, n_kv_heads=2,
+                   dtype="bf16"))
+    cs.append(Case("mask", q_len=1, kv_len=300, mask="random", magnitude=100.0, n_heads=8,
+                   n_kv_heads=2, dtype="i8"))
     # fully masked query rows
     for where in ("first", "middle", "last"):
         cs.append(Case("masked-rows", q_len=5, kv_len=140, mask=f"rows:{where}",
@@ -296,6 +308,8 @@ def _default() -> list[Case]:
     # an empty cache (kv_len 0, K and V NULL): every row sees no key, zeros; a kernel that
     # reads a first key (a hoisted load, a scale) before its loop dereferences NULL
     cs.append(Case("masked-rows", q_len=2, kv_len=0, n_heads=4, n_kv_heads=2))
+    for dt in ("f16", "i8"):  # (the per-dtype paths: an int8 scale or F16 K read early)
+        cs.append(Case("masked-rows", q_len=1, kv_len=0, n_heads=8, n_kv_heads=2, dtype=dt))
     # NaN in visible inputs (K, V and Q; int8: their scales): the rows that read one are
     # NaN, the rest finite
     cs.append(Case("nan", kv_len=2 * X512_KV_BLOCK + 5, mask="nan-inputs", n_heads=12,
@@ -399,6 +413,10 @@ def _default() -> list[Case]:
                    n_heads=4, n_kv_heads=2))
     cs.append(Case("layout", q_len=4, kv_len=70, layout="qfused", dtype="f16",
                    n_heads=8, n_kv_heads=2))
+    # llama.cpp's own cache: F16, V transposed (head_dim-major) beside a plain K
+    cs.append(Case("layout", q_len=1, kv_len=200, layout="vdmajor", dtype="f16",
+                   n_heads=8, n_kv_heads=2))
+    cs.append(Case("layout", q_len=4, kv_len=70, layout="qfused", n_heads=8, n_kv_heads=2))
     cs.append(Case("layout", batch=2, q_len=2, kv_len=70, layout="vdmajor", dtype="i8",
                    n_heads=4, n_kv_heads=2, mask="random"))
     # threads
@@ -430,6 +448,8 @@ def _default() -> list[Case]:
     # two threads calling the kernel at once, each with its own inputs and output: a
     # kernel with static scratch, or a non-reentrant pool or cache, mixes their rows
     cs.append(Case("threads", q_len=1, kv_len=1030, n_heads=8, n_kv_heads=2, callers=2))
+    cs.append(Case("threads", q_len=1, kv_len=1030, n_heads=8, n_kv_heads=2, callers=2,
+                   dtype="f16"))
     cs.append(Case("threads", q_len=9, kv_len=100, causal=True, start_pos=91, n_heads=4,
                    n_kv_heads=2, dtype="i8", n_threads=2, callers=2))
     # called from a thread with a 256 KiB stack, 100,000 keys: a kernel with a kv_len-long

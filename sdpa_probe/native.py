@@ -362,6 +362,9 @@ def prepare(ffi, q, k, v, out, *, mask: np.ndarray | None = None, is_causal: boo
     if ks[1] > 0:
         _fill_tensor(ffi, args.k, k, keep, "k")
         _fill_tensor(ffi, args.v, v, keep, "v")
+    else:  # an empty cache: no pointers, but its dtype, which a kernel may dispatch on
+        for t, arr in ((args.k, k), (args.v, v)):
+            t.dtype = I8 if isinstance(arr, QuantTensor) else _NP_CODES.get(arr.dtype, 0)
     _fill_tensor(ffi, args.out, out, keep, "out")
     if mask is not None:
         if mask.dtype != np.float32 or mask.ndim != 2 or mask.shape != (Lq, ks[1]):

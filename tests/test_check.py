@@ -785,9 +785,9 @@ def test_a_leak_on_one_path_is_caught_by_the_case_that_takes_it(tmp_path):
     assert SRC.count(loop) == 1
     recs = _cli_records(tmp_path, "leak_empty.c", SRC.replace(loop, fast + loop), "masked-rows-")
     bad = {c: r for c, r in recs.items() if r["status"] != "pass"}
-    assert list(bad) == ["masked-rows-h4gqa2-q2-kv0-d64-f32"], bad
-    r = bad["masked-rows-h4gqa2-q2-kv0-d64-f32"]
-    assert "leaks memory" in r["reason"] and r["leak_bytes_per_call"] > 0, r
+    assert set(bad) == {c for c in recs if "-kv0-" in c} and len(bad) == 3, bad
+    for r in bad.values():  # (F32, and since stop 29 the F16 and int8 empty caches)
+        assert "leaks memory" in r["reason"] and r["leak_bytes_per_call"] > 0, r
     assert all(r["leak_bytes_per_call"] == 0 for c, r in recs.items() if c not in bad), recs
     # the scratch never freed (kv_len floats a call): every case it is repeated on fails
     recs = _cli_records(tmp_path, "leak_scores.c", SRC.replace(*BUGS["leak-scores"]),
@@ -798,8 +798,9 @@ def test_a_leak_on_one_path_is_caught_by_the_case_that_takes_it(tmp_path):
     res = runner.invoke(app, ["check", "--kernel", str(path), "-k", "kv0", "--no-leak-check",
                               "--json", str(out)])
     assert res.exit_code == 0, res.output
-    (rec,) = json.loads(out.read_text())["records"]
-    assert rec["status"] == "pass" and rec["leak_bytes_per_call"] is None, rec
+    recs = json.loads(out.read_text())["records"]
+    assert len(recs) == 3 and all(r["status"] == "pass" and r["leak_bytes_per_call"] is None
+                                  for r in recs), recs
     # ... and so does --repro, in its worker and in this process
     repro = ["check", "--kernel", str(path), "--repro", "masked-rows-h4gqa2-q2-kv0-d64-f32"]
     assert runner.invoke(app, repro).exit_code == 1
@@ -1023,12 +1024,13 @@ def test_the_heap_guard_stays_off_under_a_users_preload(monkeypatch):
     assert not harness.explain_heap_abort("Assertion `x' failed.")
 
 
-@pytest.mark.parametrize("old,new,dtype", [
-    ("int64_t qo = b * t->qstride[0] + s * t->qstride[1] + h * t->qstride[2];",
-     "int64_t qo = b * t->qstride[0] + (int16_t)s * t->qstride[1] + h * t->qstride[2];", "i8"),
-    ("case SDPA_F16: return f16_to_f32(((const uint16_t *)t->data)[off]);",
-     "case SDPA_F16: return f16_to_f32(((const uint16_t *)t->data)[b * t->stride[0] + "
-     "(uint16_t)s * t->stride[1] + h * t->stride[2] + d * t->stride[3]]);", "f16")])
+@pytest.mark.parametrize("old,new,dtype", [pytest.param(
+    "int64_t qo = b * t->qstride[0] + s * t->qstride[1] + h * t->qstride[2];",
+    "int64_t qo = b * t->qstride[0] + (int16_t)s * t->qstride[1] + h * t->qstride[2];", "i8",
+    id="i8"), pytest.param(
+    "case SDPA_F16: return f16_to_f32(((const uint16_t *)t->data)[off]);",
+    "case SDPA_F16: return f16_to_f32(((const uint16_t *)t->data)[b * t->stride[0] + "
+    "(uint16_t)s * t->stride[1] + h * t->stride[2] + d * t->stride[3]]);", "f16", id="f16")])
 def test_a_16_bit_token_index_is_caught_past_65536_keys(tmp_path, old, new, dtype):
     """A token index kept in 16 bits on one dtype's path alone (int8's scales, F16's
     values): every case up to 2,049 keys passes; the `long` cases, 70,001 keys, read
@@ -1054,6 +1056,55 @@ def test_an_explicit_scale_ignored_off_the_f32_path_is_caught(tmp_path):
     bad = {c for c, r in recs.items() if r["status"] != "pass"}
     assert bad == {c for c in recs if "scale" in c and not c.endswith("-f32-scale0.5")}, recs
     assert len(bad) == 5
+
+
+# Stop 29: one dtype's path alone wrong, where the suite had the feature in F32 (and
+# int8) only; each passed every case before the cases it is caught by were added
+PATH_ALONE_MUTANTS = {
+    "vstrides_f16": ([("for (int64_t d = 0; d < D; d++) acc[d] += w * load(&a->v, b, j, hk, d);",
+                       "for (int64_t d = 0; d < D; d++) acc[d] += w * load(&v_, b, j, hk, d);"),
+                      ("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
+                       "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n  sdpa_tensor v_ = "
+                       "a->v; /* F16: one stride set per call assumed */\n  if (a->v.dtype == "
+                       "SDPA_F16) memcpy(v_.stride, a->k.stride, sizeof v_.stride);")],
+                     "layout-", {"layout-h8gqa4-q1-kv200-d64-f16-vdmajor"}),
+    "boolmask_f16": ([("if (a->mask) s += a->mask[i * a->mask_row_stride + j];",
+                       "if (a->mask) { const float m_ = a->mask[i * a->mask_row_stride + j];\n"
+                       "  s += (a->k.dtype == SDPA_F16 || a->k.dtype == SDPA_BF16) && "
+                       "m_ != -INFINITY ? 0.0f : m_; }")],
+                     "mask-", {"mask-h8gqa4-q1-kv300-d64-f16-random",
+                               "mask-h4gqa2-q6-kv140-d64-f16-causal134-random",
+                               "mask-h4gqa2-q2-kv140-d64-bf16-random"}),
+    "nomax_i8": ([("float w = expf(p[j] - mx);",
+                   "float w = expf(p[j] - (a->k.dtype == SDPA_I8 ? 0.0f : mx));")],
+                 "mask-", {"mask-h8gqa4-q1-kv300-d64-i8-random-x100"}),
+    "static_f16": ([("float *p = malloc((size_t)(kv > 0 ? kv : 1) * sizeof(float));",
+                     "static float p_[1 << 16];\n  const int st_ = a->k.dtype == SDPA_F16 && "
+                     "kv <= (1 << 16);\n  float *p = st_ ? p_ : "
+                     "malloc((size_t)(kv > 0 ? kv : 1) * sizeof(float));"),
+                    ("free(p);", "if (!st_) free(p);")],
+                   "threads-", {"threads-h8gqa4-q1-kv1030-d64-f16-c2"}),
+    "kv0_i8": ([("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
+                 "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n  if (a->k.dtype == "
+                 "SDPA_I8) { volatile float s0_ = a->k.scale[0]; (void)s0_; }")],
+               "-kv0-", {"masked-rows-h8gqa4-q1-kv0-d64-i8"}),
+}
+
+
+@pytest.mark.parametrize("name", list(PATH_ALONE_MUTANTS))
+def test_a_bug_on_one_dtypes_path_alone_is_caught(tmp_path, name):
+    """F16 V's strides taken from K (llama.cpp's transposed F16 V cache), a mask read
+    as hidden / visible on the F16 / BF16 path, int8's softmax without its max, static
+    scratch on the F16 path, int8's first scale read before the loop (an empty cache's
+    NULL): each is caught by the cases that run that path (the kv0 one since the
+    harness sets an empty cache's dtype)."""
+    edits, family, expected = PATH_ALONE_MUTANTS[name]
+    src = SRC
+    for old, new in edits:
+        assert src.count(old) == (2 if old == "free(p);" else 1), old
+        src = src.replace(old, new)
+    recs = _cli_records(tmp_path, f"{name}.c", src, family)
+    assert {c for c, r in recs.items() if r["status"] not in ("pass", "unsupported")} == expected
 
 
 def test_last_failed_reruns_what_failed_until_it_passes(tmp_path, monkeypatch):

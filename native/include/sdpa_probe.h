@@ -11,7 +11,8 @@
  *
  * Query row i sits at absolute position start_pos + i (bottom-right causal
  * alignment, as in decode with a KV cache). A query row that sees no key
- * yields zeros, never NaN. scale <= 0 means 1/sqrt(head_dim).
+ * yields zeros, never NaN. scale <= 0 means 1/sqrt(head_dim). kv_len 0 (an
+ * empty cache) is valid: K's and V's pointers may be NULL, their dtype is set.
  *
  * A kernel library exports `int sdpa_forward(const sdpa_args *)` and returns
  * an sdpa_status; it never aborts the process. sdpa_validate_args() below is
