@@ -268,6 +268,8 @@ def _default() -> list[Case]:
     cs.append(Case("causal", q_len=4, kv_len=100, start_pos=40, n_heads=4, n_kv_heads=2))
     cs.append(Case("causal", q_len=1, kv_len=X512_KV_BLOCK * 2 + 3, start_pos=20, dtype="f16",
                    n_heads=8, n_kv_heads=2))
+    cs.append(Case("causal", q_len=2, kv_len=70, start_pos=30, dtype="i8", n_heads=8,
+                   n_kv_heads=2))
     # additive masks, with and without causal
     cs.append(Case("mask", q_len=6, kv_len=140, mask="random", n_heads=4, n_kv_heads=2))
     cs.append(Case("mask", q_len=6, kv_len=140, mask="random", causal=True, start_pos=134,

@@ -1084,6 +1084,10 @@ PATH_ALONE_MUTANTS = {
                      "malloc((size_t)(kv > 0 ? kv : 1) * sizeof(float));"),
                     ("free(p);", "if (!st_) free(p);")],
                    "threads-", {"threads-h8gqa4-q1-kv1030-d64-f16-c2"}),
+    "pos_causal_i8": ([("if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
+                        "if ((a->is_causal || (a->k.dtype == SDPA_I8 && a->start_pos > 0)) && "
+                        "a->start_pos + i + 1 < n) n = a->start_pos + i + 1;")],
+                      "causal-", {"causal-h8gqa4-q2-kv70-d64-i8-pos30"}),
     "kv0_i8": ([("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
                  "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n  if (a->k.dtype == "
                  "SDPA_I8) { volatile float s0_ = a->k.scale[0]; (void)s0_; }")],
