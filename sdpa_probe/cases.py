@@ -415,6 +415,10 @@ def _default() -> list[Case]:
                    n_heads=4, n_kv_heads=2))
     cs.append(Case("layout", q_len=4, kv_len=70, layout="qfused", dtype="f16",
                    n_heads=8, n_kv_heads=2))
+    # BF16 through a padded and a transposed view (its path's own stride handling)
+    for lay in ("padded", "dmajor"):
+        cs.append(Case("layout", q_len=1, kv_len=200, layout=lay, dtype="bf16", n_heads=8,
+                       n_kv_heads=2))
     # llama.cpp's own cache: F16, V transposed (head_dim-major) beside a plain K
     cs.append(Case("layout", q_len=1, kv_len=200, layout="vdmajor", dtype="f16",
                    n_heads=8, n_kv_heads=2))
@@ -452,6 +456,8 @@ def _default() -> list[Case]:
     cs.append(Case("threads", q_len=1, kv_len=1030, n_heads=8, n_kv_heads=2, callers=2))
     cs.append(Case("threads", q_len=1, kv_len=1030, n_heads=8, n_kv_heads=2, callers=2,
                    dtype="f16"))
+    cs.append(Case("threads", q_len=1, kv_len=1030, n_heads=8, n_kv_heads=2, n_threads=2,
+                   dtype="bf16"))
     cs.append(Case("threads", q_len=9, kv_len=100, causal=True, start_pos=91, n_heads=4,
                    n_kv_heads=2, dtype="i8", n_threads=2, callers=2))
     # called from a thread with a 256 KiB stack, 100,000 keys: a kernel with a kv_len-long

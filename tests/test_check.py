@@ -1088,6 +1088,11 @@ PATH_ALONE_MUTANTS = {
                         "if ((a->is_causal || (a->k.dtype == SDPA_I8 && a->start_pos > 0)) && "
                         "a->start_pos + i + 1 < n) n = a->start_pos + i + 1;")],
                       "causal-", {"causal-h8gqa4-q2-kv70-d64-i8-pos30"}),
+    "unit_dim_stride_bf16": ([("case SDPA_BF16: return bf16_to_f32(((const uint16_t *)"
+                               "t->data)[off]);",
+                               "case SDPA_BF16: return bf16_to_f32(((const uint16_t *)t->data)"
+                               "[off - d * t->stride[3] + d]);")],
+                             "layout-", {"layout-h8gqa4-q1-kv200-d64-bf16-dmajor"}),
     "kv0_i8": ([("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
                  "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n  if (a->k.dtype == "
                  "SDPA_I8) { volatile float s0_ = a->k.scale[0]; (void)s0_; }")],
