@@ -439,7 +439,6 @@ class _Slot:
     case: Case | None = None
     pending: list = dataclasses.field(default_factory=list)
     deadline: float = 0.0
-    n_jobs: int = 0  # jobs sent to this process
 
 
 MALLOC_PERTURB = 0x80  # glibc fills a malloc'd block with this ^ 0xFF, freed ones with it
@@ -489,6 +488,7 @@ class WorkerPool:
                  startup_timeout: float = 180.0, fresh_per_job: bool = False):
         self.n = max(1, jobs)
         self.fresh_per_job = fresh_per_job  # a new process for every job (check --isolate)
+        self.malloc_debug = malloc_debug_library()  # (looked up once, not per worker)
         self.timeout = timeout
         self.startup_timeout = startup_timeout
         self.setup = setup or {}
@@ -509,9 +509,8 @@ class WorkerPool:
         # cache, which hands blocks back unfilled.
         tunables = [f"glibc.malloc.perturb={MALLOC_PERTURB}", "glibc.malloc.tcache_count=0"]
         env = {}
-        debug = malloc_debug_library()
-        if debug is not None:  # (not over a preload of the user's own: a sanitizer, say)
-            env["LD_PRELOAD"] = debug
+        if self.malloc_debug is not None:  # (not over the user's own preload: a sanitizer)
+            env["LD_PRELOAD"] = self.malloc_debug
             tunables.append("glibc.malloc.check=3")
         saved = {k: os.environ.get(k) for k in ("GLIBC_TUNABLES", *env)}
         os.environ["GLIBC_TUNABLES"] = ":".join(
@@ -535,6 +534,15 @@ class WorkerPool:
         slot.proc.join(5)
         slot.conn.close()
 
+    def _retire(self, slot: _Slot) -> None:
+        """Ask the worker to exit, and kill it if it has not within 2 s."""
+        try:
+            slot.conn.send(None)
+        except (OSError, BrokenPipeError):
+            pass
+        slot.proc.join(2)
+        self._kill(slot)
+
     def run(self, work: list[tuple[Case, list[str]]], on_record) -> None:
         queue = collections.deque(work)
         self.slots = [self._spawn() for _ in range(min(self.n, len(queue)) or 1)]
@@ -544,7 +552,6 @@ class WorkerPool:
                     if s.ready and s.case is None and queue:
                         case, names = queue.popleft()
                         s.case, s.pending = case, list(names)
-                        s.n_jobs += 1
                         s.deadline = time.monotonic() + self.timeout
                         s.conn.send((case.params(), names))
                 now = time.monotonic()
@@ -560,16 +567,12 @@ class WorkerPool:
                         self.slots[i] = self._expire(s, queue, on_record)
         finally:
             for s in self.slots:
-                try:
-                    s.conn.send(None)
-                except (OSError, BrokenPipeError):
-                    pass
-                s.proc.join(2)
-                self._kill(s)
+                self._retire(s)
             self.logdir.cleanup()
 
     def _service(self, s: _Slot, queue, on_record) -> _Slot:
         try:
+            finished = False  # (a job, in this call)
             while s.conn.poll():
                 msg = s.conn.recv()
                 if msg[0] == "ready":
@@ -581,16 +584,11 @@ class WorkerPool:
                     on_record(rec)
                     s.deadline = time.monotonic() + self.timeout
                 elif msg[0] == "done":
-                    s.case, s.pending = None, []
+                    s.case, s.pending, finished = None, [], True
                     if self.fresh_per_job:
                         break
-            if self.fresh_per_job and s.case is None and s.ready and s.n_jobs:
-                try:
-                    s.conn.send(None)  # (it exits on its own; killed if it does not)
-                    s.proc.join(2)
-                except (OSError, BrokenPipeError):
-                    pass
-                self._kill(s)
+            if self.fresh_per_job and finished:
+                self._retire(s)
                 return self._spawn()
             return s
         except (EOFError, OSError):

@@ -1,8 +1,9 @@
 """Layered verdicts: NaN/Inf disagreement first, then poison (unwritten output)
 and guard (out-of-bounds write) violations, inputs written and a floating-point
-environment left changed, then error against tolerance. (The last layer, a leak:
-a native kernel whose outputs pass is called again and the heap watched, in
-harness.heap_growth_per_call.)"""
+environment left changed, then error against tolerance. (Two more layers live in
+harness.py, where the calls are made: a passing call made again, the heap watched for
+a leak and the answer judged once more, in _repeat_verdict; a failing one retried on
+fresh copies of its inputs, in retry_on_fresh_inputs.)"""
 
 from __future__ import annotations
 

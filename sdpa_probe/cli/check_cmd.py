@@ -19,7 +19,7 @@ from .. import native
 from ..backends import executorch_library
 from ..cases import DTYPES, SUITES, Case, all_cases, suite, tolerance
 from ..errors import ProbeError
-from ..harness import WorkerPool
+from ..harness import WorkerPool, malloc_debug_library
 from ..report import FAILING, by_backend_family, check_document, exit_code, summary, write_junit
 from . import command
 from .output import Output, check_writable
@@ -341,8 +341,6 @@ def check_command(
     order = {c.id: i for i, c in enumerate(cases)}
     records.sort(key=lambda r: (names.index(r["backend"]) if r["backend"] in names else 99,
                                 order.get(r["case"], 1 << 30)))
-    from ..harness import malloc_debug_library
-
     run = {"isolate": isolate, "leak_check": not no_leak_check,
            "heap_guard": malloc_debug_library() is not None}
     doc = check_document(records, suite=suite_name, seconds=seconds, backends=names, seed=seed,
