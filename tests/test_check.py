@@ -930,17 +930,24 @@ def test_a_failure_right_on_fresh_copies_names_the_case_run_before_it(tmp_path):
     assert rec["repro"].endswith(f"--repro {then.id} --after {first.id}"), rec["repro"]
 
 
-def test_a_kernel_wrong_only_on_its_first_call_is_told_apart(tmp_path):
-    """Wrong on the process's first call only (a lazily built table used before it is
-    filled): the check's record says the same inputs gave the right answer afterwards."""
+def _first_call_kernel(tag: str = "") -> str:
+    """The example with its output halved on the process's first call (a lazily built
+    table used before it is filled); `tag`, a comment, makes a source (and so a library
+    loaded in this process) of its own, with its own call count."""
     entry = "int sdpa_forward(const sdpa_args *a) {"
     put = "        for (int64_t d = 0; d < D; d++) store(&a->out, b, i, h, d, acc[d]);"
     assert SRC.count(entry) == SRC.count(put) == 1
-    src = SRC.replace(entry, "static int calls_;\n" + entry).replace(
+    return SRC.replace(entry, f"/* {tag} */ static int calls_;\n" + entry).replace(
         "int st = sdpa_validate_args(a);",
         "int st = sdpa_validate_args(a);\n  const int first_ = calls_++ == 0;").replace(
         put, "        for (int64_t d = 0; d < D; d++) "
              "store(&a->out, b, i, h, d, first_ ? 0.5f * acc[d] : acc[d]);")
+
+
+def test_a_kernel_wrong_only_on_its_first_call_is_told_apart(tmp_path):
+    """Wrong on the process's first call only: the check's record says the same inputs
+    gave the right answer afterwards."""
+    src = _first_call_kernel()
     recs = _cli_records(tmp_path, "first_call.c", src, "gqa-h8gqa4-q1-kv129-d64-f32")
     (rec,) = recs.values()
     assert rec["status"] == "fail" and rec["fresh_retry"] == "pass", rec
@@ -957,15 +964,8 @@ def test_a_two_caller_failure_right_on_retry_is_put_down_to_a_race(tmp_path):
     likely their race; the reason says so rather than blaming an earlier case."""
     from sdpa_probe.harness import retry_on_fresh_inputs
 
-    entry = "int sdpa_forward(const sdpa_args *a) {"
-    put = "        for (int64_t d = 0; d < D; d++) store(&a->out, b, i, h, d, acc[d]);"
-    src = SRC.replace(entry, "/* two callers */ static int calls_;\n" + entry).replace(
-        "int st = sdpa_validate_args(a);",
-        "int st = sdpa_validate_args(a);\n  const int first_ = calls_++ == 0;").replace(
-        put, "        for (int64_t d = 0; d < D; d++) "
-             "store(&a->out, b, i, h, d, first_ ? 0.5f * acc[d] : acc[d]);")
     path = tmp_path / "first_call_c2.c"
-    path.write_text(src)
+    path.write_text(_first_call_kernel("two callers"))
     backend = NativeBackend("first", load_user_kernel(path))
     case = next(c for c in suite("default") if c.callers > 1 and c.dtype == "f32")
     prep = prepare_case(case)
