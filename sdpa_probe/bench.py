@@ -295,18 +295,23 @@ class NativeParty(Party):
 
     def run(self, n: int) -> list[float]:
         buf = self._ffi.new("double[]", n)
+        self.call(n, buf)
+        return list(self._ffi.unpack(buf, n))
+
+    def call(self, n: int, seconds_out=None) -> None:
+        """n calls in the C loop (each call's seconds into seconds_out, if given)."""
         # rotate through the sets across batches: start where the last batch stopped
         k = len(self._calls)
         order = self._ffi.new("sdpa_args[]", k)
         for i in range(k):
             order[i] = self._args[(self._next + i) % k]
+        buf = self._ffi.NULL if seconds_out is None else seconds_out
         if self._fn is not None:
             st = self._lib.sdpa_probe_bench_loop_fn(self._fn, order, k, n, buf)
         else:
             st = self._lib.sdpa_probe_bench_loop(self.kernel.info.index, order, k, n, buf)
         native.raise_for_status(int(st), self.name)
         self._next = (self._next + n) % k
-        return list(self._ffi.unpack(buf, n))
 
 
 @contextlib.contextmanager
@@ -701,10 +706,11 @@ def _first_call(party: NativeParty) -> str | None:
 def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         peers: Sequence[str] = ("torch",), threads: int | None = None, cold: bool = False,
         rounds: int = 7, min_time: float = 0.05, progress: Progress | None = None,
-        roofline: dict | None | bool = True) -> dict:
+        roofline: dict | None | bool = True, allocs: bool = False) -> dict:
     """Benchmark every (kernel, shape) against the peers; returns the JSON document.
     Kernels and peers other than torch / executorch are registered kernel names or
-    .c / .cpp / .so files implementing sdpa_forward (a native peer is timed like a kernel)."""
+    .c / .cpp / .so files implementing sdpa_forward (a native peer is timed like a kernel).
+    allocs: also count each party's heap allocations per call (alloc_count, a worker)."""
     import torch
 
     say = progress or (lambda _m: None)
@@ -717,6 +723,9 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
     kernels = list(kernels or [])
     resolved = resolve_kernels(kernels + [p for p in peers if p not in PEERS])
     chosen, native_peers = resolved[:len(kernels)] or None, resolved[len(kernels):]
+    # what a worker process loads a kernel by (a user kernel's name is not its file)
+    spec_of = {k.name: spec for k, spec in zip(
+        resolved, kernels + [p for p in peers if p not in PEERS], strict=True)}
     peers = [p for p in peers if p in PEERS] + [k.name for k in native_peers]
     ffi, lib, res = native.native_lib()
     if threads is None or threads <= 0:
@@ -847,8 +856,10 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                     **core,
                     "ratio": {p: round(ps["median_us"] / st["median_us"], 3)
                               for p, ps in peer_stats.items()},
+                    "allocs": None,  # heap allocations per call (filled in at the end)
                     "peers": {p: {k: (round(v, 2) if isinstance(v, float) else v)
-                                  for k, v in ps.items()} | {"noisy": is_noisy(ps)}
+                                  for k, v in ps.items()} | {"noisy": is_noisy(ps),
+                                                             "allocs": None}
                               for p, ps in peer_stats.items()},
                     "peer_skipped": peer_skips,
                 })
@@ -858,6 +869,11 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         if read is not None:
             read.close()
     load = monitor.result()
+    if allocs and results:
+        say("counting heap allocations per call")
+        why = _count_allocs(results, spec_of, threads)
+        if why:
+            notes.append(why)
     if load["busy"]:
         notes.append(f"other processes or the hypervisor took "
                      f"{load['other_cpu_fraction'] + load['steal_fraction']:.0%} of the CPUs "
@@ -891,6 +907,31 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                     if not any(r["kernel"] == k.name for r in results)],
         "results": results,
     }
+
+
+def _count_allocs(results: list[dict], spec_of: dict, threads: int) -> str | None:
+    """Each result's heap allocations per call, its kernel's and its peers' (not the F32
+    reference: that is `flash`), counted in a worker (alloc_count): result["allocs"] and
+    result["peers"][p]["allocs"]. Returns why nothing was counted, or None."""
+    from . import alloc_count
+
+    jobs: list[dict] = []
+    where: list[list[dict]] = []
+    index: dict[tuple[str, str], int] = {}
+    for r in results:
+        for name, into in [(r["kernel"], r)] + [(p, ps) for p, ps in r["peers"].items()
+                                                  if p != F32_REFERENCE]:
+            key = (r["shape"], spec_of.get(name, name))
+            if key not in index:
+                index[key] = len(jobs)
+                jobs.append({"shape": key[0], "party": key[1]})
+                where.append([])
+            where[index[key]].append(into)
+    counts, why = alloc_count.count(jobs, threads)
+    for c, intos in zip(counts, where, strict=True):
+        for into in intos:
+            into["allocs"] = c
+    return why
 
 
 # ---- the performance targets (issue: kernel speed) ----------------------------------

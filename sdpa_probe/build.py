@@ -36,6 +36,7 @@ if not NATIVE_DIR.is_dir():
     NATIVE_DIR = PACKAGE_DIR.parent / "native"  # source checkout
 INCLUDE_DIR = NATIVE_DIR / "include"
 SRC_DIR = NATIVE_DIR / "src"
+PRELOAD_DIR = NATIVE_DIR / "preload"  # LD_PRELOAD libraries (plain shared objects)
 
 # -std=c11 alone turns FP contraction off in GCC: ask for FMA contraction explicitly
 BASE_FLAGS = ["-std=c11", "-O3", "-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math",
@@ -333,6 +334,35 @@ def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
                                time.perf_counter() - t0, False, n > 0, reason, " ".join(cxx_cmd))
     assert last_error is not None
     raise last_error
+
+
+def build_preload(source: Path, cc: str | None = None) -> Path:
+    """Build (or find in the cache) a plain shared library to LD_PRELOAD from one C
+    source: no cffi module, nothing Python loads; keyed like the modules."""
+    cc_cmd = compiler_command(cc)
+    flags = ["-std=c11", "-O2", "-Wall", "-fPIC", "-shared"]
+    h = hashlib.sha256()
+    for part in (source.name, source.read_bytes().decode(errors="replace"), " ".join(cc_cmd),
+                 compiler_version(cc_cmd), " ".join(flags), __version__):
+        h.update(part.encode())
+        h.update(b"\0")
+    root = cache_root()
+    dest = root / f"_preload_{source.stem}_{h.hexdigest()[:16]}.so"
+    with file_lock(root / (dest.stem + ".lock")):
+        if dest.exists():
+            return dest
+        with tempfile.TemporaryDirectory(prefix="sdpa_probe_build_", dir=root) as tmp:
+            built = Path(tmp) / dest.name
+            try:
+                proc = subprocess.run([*cc_cmd, *flags, str(source), "-o", str(built)],
+                                      capture_output=True, text=True, timeout=120)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise BuildError(f"compiling {source.name} failed: {exc}") from None
+            if proc.returncode != 0 or not built.is_file():
+                raise BuildError(f"compiling {source.name} failed: "
+                                 + _first_error(proc.stderr, f"exit {proc.returncode}"))
+            os.replace(built, dest)
+    return dest
 
 
 _loaded: dict[Path, object] = {}

@@ -193,6 +193,17 @@ void sdpa_probe_alloc_reset(void) {
   atomic_store(&g_alloc_bytes, 0);
 }
 
+/* Defined by native/preload/alloc_count.c when that library is preloaded (the
+ * weak reference then resolves to it), else NULL. */
+extern void sdpa_probe_preload_alloc_stats(int64_t *allocs, int64_t *bytes, int64_t *frees)
+    __attribute__((weak));
+
+int sdpa_probe_process_alloc_stats(int64_t *allocs, int64_t *bytes, int64_t *frees) {
+  if (sdpa_probe_preload_alloc_stats == NULL) return SDPA_UNSUPPORTED;
+  sdpa_probe_preload_alloc_stats(allocs, bytes, frees);
+  return SDPA_OK;
+}
+
 void sdpa_probe_alloc_guard(int on) {
   if (on) {
     pthread_mutex_lock(&g_guard_mu);

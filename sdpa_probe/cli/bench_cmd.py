@@ -67,6 +67,43 @@ def _table(doc: dict) -> Table:
     return t
 
 
+def _size(n: float) -> str:
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k:
+            return f"{n / k:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _allocs_cell(c: dict | None) -> str:
+    if c is None:
+        return "[dim]-[/]"
+    if "error" in c:
+        return "[red]failed[/]" if "died" in c["error"] else "[dim]n/a[/]"
+    n = c["allocs"]
+    text = f"{n:,.0f}" if n == int(n) else f"{n:,.2f}"
+    return text if not n else f"{text} ({_size(c['bytes'])})"
+
+
+def _allocs_table(doc: dict) -> Table | None:
+    """Heap allocations per call, the kernel's and each peer's, a row per result."""
+    rows = [r for r in doc["results"] if r.get("allocs") is not None
+            or any(ps.get("allocs") is not None for ps in r["peers"].values())]
+    if not rows:
+        return None
+    peers = [p for p in bench.ratio_columns(doc) if p != bench.F32_REFERENCE]
+    t = Table(title="heap allocations per call (malloc / new / aligned, every thread; "
+                    "bytes asked for)", title_justify="left")
+    t.add_column("shape", style="bold")
+    t.add_column("kernel")
+    t.add_column("kernel allocs", justify="right")
+    for p in peers:
+        t.add_column(f"{p} allocs", justify="right")
+    for r in rows:
+        t.add_row(r["shape"], r["kernel"], _allocs_cell(r.get("allocs")),
+                  *(_allocs_cell(r["peers"].get(p, {}).get("allocs")) for p in peers))
+    return t
+
+
 @command("bench")
 def bench_command(
     kernel: str = typer.Option(
@@ -94,6 +131,9 @@ def bench_command(
     json_path: str = typer.Option(None, "--json",
                                   help="Write the results as JSON to PATH ('-': stdout)."),
     list_presets: bool = typer.Option(False, "--list", help="List the preset shapes and exit."),
+    allocs: bool = typer.Option(True, "--allocs/--no-allocs",
+                                help="Also count every party's heap allocations per call "
+                                     "(in a worker process with a counting malloc)."),
 ) -> None:
     """Time native kernels (ours or yours) against torch / ExecuTorch SDPA and each
     other, side by side in one run.
@@ -133,7 +173,8 @@ def bench_command(
             raise ProbeError(f"no shape asked for ({asked}) is one the kernels take: {takes}")
     out.warn_if_portable()
     doc = bench.run(shapes, kernels=_split(kernel) or None, peers=_split(vs), threads=threads,
-                    cold=cold, rounds=rounds, min_time=min_time, progress=out.note)
+                    cold=cold, rounds=rounds, min_time=min_time, progress=out.note,
+                    allocs=allocs)
     for note in doc["notes"]:
         out.warn(note)
     if json_path:
@@ -152,6 +193,9 @@ def bench_command(
                       "F16 / BF16 / int8 K and V elements / the measured conversion rate) "
                       "over the median (probe info). Bytes: q, k, v read once, out written "
                       f"once. Yellow: noisy (IQR over {bench.NOISY_IQR:.0%} of the median).[/]")
+        at = _allocs_table(doc)
+        if at is not None:
+            out.print(at)
     # nothing measured for a kernel asked for by name (with no crash, each one declined)
     if doc["untimed"] and not doc["crashed"]:
         typer.echo(f"error: {', '.join(doc['untimed'])} took none of the shapes asked for (it "

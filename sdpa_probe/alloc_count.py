@@ -1,0 +1,165 @@
+"""Heap allocations per call, of any party `probe bench` times: our kernels, a user's
+kernel, torch's and ExecuTorch's SDPA.
+
+Seed 000 is ExecuTorch's quantized SDPA allocating a dequantisation buffer per key
+block: a cost that shows in a timing only as much as the allocator is slow that day,
+and that a count shows exactly. Our own kernels allocate through a counting allocator
+(sdpa_probe_alloc_stats); everyone else calls malloc / new. So the counting happens in
+a worker process with native/preload/alloc_count.c preloaded, which counts every heap
+allocation of the process (every thread, every entry point of the C allocator).
+
+Per call = the allocations of 2n calls minus twice those of n calls, over n, after a
+warm-up: the first call's one-off setup (a thread pool, a lazy table) and whatever a
+batch of calls costs the caller once are not per call. A party whose worker dies is
+reported as such, and the worker is restarted for the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+
+from .errors import BuildError
+
+WARMUP = 2
+CALLS = 4             # n: the counted batches are n and 2n calls
+MARK = "@@alloc "     # the worker's result lines (anything else on its stdout is not ours)
+
+
+def preload_library() -> tuple[str | None, str | None]:
+    """(path of the counting library, None) or (None, why counts cannot be taken)."""
+    if os.environ.get("LD_PRELOAD"):
+        return None, (f"LD_PRELOAD is set ({os.environ['LD_PRELOAD']}): heap allocations "
+                      "were not counted (the counter would have to come first)")
+    if not sys.platform.startswith("linux"):
+        return None, "heap allocations are counted on Linux (glibc) only"
+    from .build import PRELOAD_DIR, build_preload
+
+    try:
+        return str(build_preload(PRELOAD_DIR / "alloc_count.c")), None
+    except BuildError as exc:
+        return None, f"heap allocations not counted: {exc}"
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def count(jobs: Sequence[dict], threads: int, calls: int = CALLS,
+          timeout_per_job: float = 120.0, progress: Callable[[str], None] | None = None
+          ) -> tuple[list[dict | None], str | None]:
+    """Allocations per call for each job ({"shape": bench shape name, "party": "torch",
+    "executorch" or a kernel spec: a registered name or a kernel file}): a list of
+    {"allocs", "bytes", "frees"} per call (floats) or {"error": why}, in job order;
+    all None with the reason when nothing can be counted here."""
+    lib, why = preload_library()
+    if lib is None:
+        return [None] * len(jobs), why
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, LD_PRELOAD=lib, PYTHONPATH=os.pathsep.join(
+        p for p in (package_parent, os.environ.get("PYTHONPATH")) if p))
+    results: list[dict | None] = [None] * len(jobs)
+    start = 0
+    while start < len(jobs):
+        todo = list(range(start, len(jobs)))
+        if progress:
+            progress(f"counting heap allocations: {len(todo)} (shape, party) in a worker")
+        request = {"threads": threads, "calls": calls,
+                   "jobs": [dict(jobs[i]) for i in todo]}
+        timeout = 60.0 + timeout_per_job * len(todo)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "sdpa_probe.alloc_count"],
+                                  input=json.dumps(request), capture_output=True, text=True,
+                                  timeout=timeout, env=env)
+            stdout, died = proc.stdout, proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout or ""
+            stdout = out.decode(errors="replace") if isinstance(out, bytes) else out
+            died = None
+        done = [json.loads(line[len(MARK):]) for line in stdout.splitlines()
+                if line.startswith(MARK)]
+        for i, r in zip(todo, done, strict=False):
+            results[i] = r
+        if len(done) == len(todo):
+            break
+        bad = todo[len(done)]
+        if died is None:
+            results[bad] = {"error": f"no answer within {timeout:g} s"}
+        else:
+            said = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()]
+            how = (_signal_name(died) if died < 0 else f"exit {died}")
+            results[bad] = {"error": f"the counting worker died ({how})"
+                            + (f": {said[-1][:200]}" if said else "")}
+        start = bad + 1
+    return results, None
+
+
+# ---- the worker (python -m sdpa_probe.alloc_count, with the counter preloaded) ---------
+
+def _stats(ffi, lib) -> tuple[int, int, int]:
+    a, b, f = ffi.new("int64_t *"), ffi.new("int64_t *"), ffi.new("int64_t *")
+    if lib.sdpa_probe_process_alloc_stats(a, b, f) != 0:
+        raise RuntimeError("the allocation counter is not preloaded in this process")
+    return a[0], b[0], f[0]
+
+
+def per_call(run: Callable[[int], object], calls: int, stats: Callable[[], tuple]) -> dict:
+    """Allocations per call of run(n) (n calls), the fixed cost of one run taken out."""
+    run(WARMUP)
+    s0 = stats()
+    run(calls)
+    s1 = stats()
+    run(2 * calls)
+    s2 = stats()
+    return {k: round(((c - b) - (b - a)) / calls, 2)
+            for k, a, b, c in zip(("allocs", "bytes", "frees"), s0, s1, s2,
+                                  strict=True)}
+
+
+def _party(job: dict, shape, sets, threads: int):
+    from . import bench
+
+    p = job["party"]
+    if p == "torch":
+        return bench.torch_party(shape, sets)
+    if p == "executorch":
+        return bench.executorch_party(shape, sets)
+    (kernel,) = bench.resolve_kernels([p])
+    return bench.NativeParty(kernel, shape, sets, threads)
+
+
+def _worker() -> None:
+    import torch
+
+    from . import bench, native
+
+    request = json.loads(sys.stdin.read())
+    threads, calls = int(request["threads"]), int(request["calls"])
+    torch.set_num_threads(threads)
+    ffi, lib, _ = native.native_lib()
+    shape_name, sets = None, None
+    for job in request["jobs"]:
+        if job["shape"] != shape_name:
+            shape_name, sets = job["shape"], None
+            shape = bench.parse_shape(shape_name)
+            sets = bench.make_inputs(shape, 1)
+        try:
+            party = _party(job, shape, sets, threads)
+            # a native kernel without the timing buffer, whose bytes grow with the batch
+            run = getattr(party, "call", party.run)
+            result = per_call(run, calls, lambda: _stats(ffi, lib))
+        except Exception as exc:  # a status, an unsupported shape: said, not a crash
+            result = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+        sys.stdout.write(MARK + json.dumps(result) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    _worker()
