@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import needs_cxx
 from typer.testing import CliRunner
 
 from sdpa_probe import alloc_count, bench
@@ -35,6 +36,23 @@ int sdpa_forward(const sdpa_args *a) {
 }
 """
 
+# C++: a std::vector per (kv head, 64-key block), as seed 000's kernel had it
+PER_BLOCK_CXX = r"""
+#include <cstring>
+#include <vector>
+#include "sdpa_probe.h"
+extern "C" int sdpa_forward(const sdpa_args *a) {
+  for (int64_t h = 0; h < a->n_kv_heads; h++)
+    for (int64_t j = 0; j < a->kv_len; j += 64) {
+      std::vector<float> buf(64 * a->head_dim);
+      buf[3] = 1.0f;
+      asm volatile("" : : "r"(buf.data()) : "memory");
+    }
+  std::memset(a->out.data, 0, a->batch * a->q_len * a->n_heads * a->head_dim * 4);
+  return SDPA_OK;
+}
+"""
+
 CRASHER = r"""
 #include "sdpa_probe.h"
 int sdpa_forward(const sdpa_args *a) { (void)a; *(volatile int *)0 = 1; return SDPA_OK; }
@@ -55,6 +73,14 @@ def test_every_allocation_entry_point_of_a_user_kernel_is_counted_exactly(tmp_pa
     # 2 kv heads x kv / 32 blocks x 4 allocations, each freed; the bytes asked for
     assert short == {"allocs": 2 * 8 * 4, "bytes": 2 * 8 * 4024, "frees": 2 * 8 * 4}
     assert long == {"allocs": 2 * 16 * 4, "bytes": 2 * 16 * 4024, "frees": 2 * 16 * 4}
+
+
+@needs_cxx
+def test_operator_new_of_a_cxx_kernel_is_counted(tmp_path):
+    src = tmp_path / "per_block.cpp"
+    src.write_text(PER_BLOCK_CXX)
+    (r,) = _count([{"shape": "decode-h8kv4d64-kv512-f32", "party": str(src)}])
+    assert r == {"allocs": 4 * 8, "bytes": 4 * 8 * 64 * 64 * 4, "frees": 4 * 8}
 
 
 def test_per_block_allocation_grows_with_the_context_and_ours_does_not():
