@@ -10,8 +10,9 @@ allocation of the process (every thread, every entry point of the C allocator).
 
 Per call = the allocations of 2n calls minus twice those of n calls, over n, after a
 warm-up: the first call's one-off setup (a thread pool, a lazy table) and whatever a
-batch of calls costs the caller once are not per call. A party whose worker dies is
-reported as such, and the worker is restarted for the rest.
+batch of calls costs the caller once are not per call; the median of three such
+estimates (the one whose count is the median, with its bytes and frees). A party
+whose worker dies is reported as such, and the worker is restarted for the rest.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .errors import BuildError
 
 WARMUP = 2
 CALLS = 4             # n: the counted batches are n and 2n calls
+REPEATS = 3           # estimates per party, the median reported
 MARK = "@@alloc "     # the worker's result lines (anything else on its stdout is not ours)
 
 
@@ -110,17 +112,24 @@ def _stats(ffi, lib) -> tuple[int, int, int]:
     return a[0], b[0], f[0]
 
 
-def per_call(run: Callable[[int], object], calls: int, stats: Callable[[], tuple]) -> dict:
-    """Allocations per call of run(n) (n calls), the fixed cost of one run taken out."""
+def per_call(run: Callable[[int], object], calls: int, stats: Callable[[], tuple],
+             repeats: int = REPEATS) -> dict:
+    """Allocations per call of run(n) (n calls), the fixed cost of one run taken out: the
+    median of `repeats` estimates, so that a one-off allocation during one of them (a
+    lazily grown pool, the interpreter's own) does not show as a fraction per call."""
     run(WARMUP)
-    s0 = stats()
-    run(calls)
-    s1 = stats()
-    run(2 * calls)
-    s2 = stats()
-    return {k: round(((c - b) - (b - a)) / calls, 2)
-            for k, a, b, c in zip(("allocs", "bytes", "frees"), s0, s1, s2,
-                                  strict=True)}
+    estimates = []
+    for _ in range(repeats):
+        s0 = stats()
+        run(calls)
+        s1 = stats()
+        run(2 * calls)
+        s2 = stats()
+        estimates.append([((c - b) - (b - a)) / calls
+                          for a, b, c in zip(s0, s1, s2, strict=True)])
+    mid = sorted(range(repeats), key=lambda i: estimates[i][0])[repeats // 2]
+    return {k: round(v, 2) for k, v in zip(("allocs", "bytes", "frees"), estimates[mid],
+                                            strict=True)}
 
 
 def _party(job: dict, shape, sets, threads: int):

@@ -63,6 +63,8 @@ class Case:
     stack_kib: int = 0        # > 0: called from a thread with a stack this small
     reuse: bool = False       # called again on the same buffers, rewritten in place with
     #                           new values (a static KV cache and mask between decode steps)
+    invalid: str = ""         # a name in invalid_args.INVALID: the valid call above with
+    #                           that one thing broken, which the kernel must refuse
     seed: int = 0
 
     def __post_init__(self):
@@ -88,6 +90,13 @@ class Case:
             raise ValueError("stack_kib: not with reuse or several callers")
         if self.layout == "far" and self.batch < 2:
             raise ValueError("layout far needs batch >= 2 (batch 1 is the far one)")
+        if self.invalid:
+            from .invalid_args import INVALID
+
+            if self.invalid not in INVALID:
+                raise ValueError(f"invalid {self.invalid!r}: one of {', '.join(INVALID)}")
+            if self.reuse or self.callers > 1 or self.stack_kib:
+                raise ValueError("invalid: a plain call (not reuse, callers or stack_kib)")
 
     @property
     def group(self) -> int:
@@ -125,12 +134,20 @@ class Case:
             parts.append(f"stack{self.stack_kib}k")
         if self.reuse:
             parts.append("reuse")
+        if self.invalid:
+            parts.append(f"invalid-{self.invalid}")
         if self.seed:
             parts.append(f"s{self.seed}")
         return "-".join(p for p in parts if p)
 
     def params(self) -> dict:
         return dataclasses.asdict(self)
+
+    @property
+    def needs_reference(self) -> bool:
+        """Judged against the oracle (an invalid call is judged on its status alone: no
+        reference, no golden data)."""
+        return not self.invalid
 
     @property
     def out_dtype(self) -> str:
@@ -472,6 +489,13 @@ def _default() -> list[Case]:
                    start_pos=69_998, n_heads=4, n_kv_heads=2))
     cs.append(Case("long", q_len=2, kv_len=70_001, dtype="i8", q_dtype="f32", causal=True,
                    start_pos=69_999, n_heads=8, n_kv_heads=2, n_threads=2))
+    # calls the ABI says a kernel must refuse with SDPA_INVALID, writing nothing: each a
+    # valid masked GQA call with one argument broken (a kernel that trusts its arguments
+    # crashes, reads the wrong heads or answers SDPA_OK)
+    from .invalid_args import INVALID
+
+    for name in INVALID:
+        cs.append(Case("args", q_len=2, kv_len=70, mask="random", invalid=name))
     return cs
 
 

@@ -457,7 +457,8 @@ class GoldenStore:
         self.entries = {e["id"]: e for e in man["cases"]}
 
     def missing(self, cases: Iterable[Case]) -> list[str]:
-        return [c.id for c in cases if c.id not in self.entries]
+        """Cases judged against a reference that the set does not hold."""
+        return [c.id for c in cases if c.needs_reference and c.id not in self.entries]
 
     def require(self, cases: list[Case]) -> None:
         """Every case stored, every file intact: else one GoldenError naming the first."""
@@ -467,7 +468,7 @@ class GoldenStore:
             raise GoldenError(f"{len(miss)} selected case(s) are not in the golden set "
                               f"{_show(self.root)}: {', '.join(miss[:3])}{more}; select stored "
                               f"cases with -k, or add them with probe golden regen --cases ID")
-        for c in cases:
+        for c in (c for c in cases if c.needs_reference):
             _, prob = _check_blob(self.root, self.entries[c.id])
             if prob:
                 raise GoldenError(f"{prob.message} (see probe golden verify)")
@@ -593,12 +594,17 @@ def compare(case: Case, old_ref: np.ndarray, old_terr: float | None, old_inputs:
 
 # ---- regenerating ------------------------------------------------------------------
 
+def reference_suite(name: str) -> list[Case]:
+    """A suite's cases that have a reference (not its invalid-argument calls)."""
+    return [c for c in suite(name) if c.needs_reference]
+
+
 def select_cases(specs: list[str] | None, suite_name: str) -> list[Case]:
     """--cases: ids, or substrings of ids, from the full matrix (repeatable, comma
     separated); none: the whole suite."""
     if not specs:
         try:
-            return suite(suite_name)
+            return reference_suite(suite_name)
         except KeyError:
             raise ProbeError(f"unknown suite {suite_name!r}; known: smoke, default, full") \
                 from None
@@ -612,6 +618,10 @@ def select_cases(specs: list[str] | None, suite_name: str) -> list[Case]:
             if not hits:
                 raise ProbeError(f"no case id matches {s!r} (ids: probe check --list --suite "
                                  f"full)")
+            hits = [c for c in hits if c.needs_reference]
+            if not hits:
+                raise ProbeError(f"{s!r} matches only invalid-argument cases, which are "
+                                 "judged on their status and have no reference")
             for c in hits:
                 chosen[c.id] = c
     if not chosen:
@@ -735,7 +745,7 @@ def plan_regen(root: Path, cases: list[Case], *, prune: bool, suite_name: str | 
     if not prune and old_man is not None:
         suite_name = old_man.get("suite")
     ids = {e.case.id for e in entries}
-    if suite_name not in SUITES or ids != {c.id for c in suite(suite_name)}:
+    if suite_name not in SUITES or ids != {c.id for c in reference_suite(suite_name)}:
         suite_name = None  # not exactly a suite: the manifest's case list says what it is
     new_man = build_manifest(entries, suite_name)
     return RegenPlan(root, entries, rows, removed, blocking, old_man, new_man)

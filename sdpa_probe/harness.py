@@ -19,6 +19,8 @@ import time
 import traceback
 from multiprocessing.connection import wait
 
+import numpy as np
+
 from .cases import Case
 from .errors import CaseUnavailable
 
@@ -56,6 +58,8 @@ def prepare_case(case: Case, golden=None) -> Prepared:
     from .inputs import materialise
 
     data = materialise(case)
+    if not case.needs_reference:  # (an invalid call: judged on its status)
+        return Prepared(data, None, None)
     if golden is not None:
         from .golden import store
 
@@ -71,6 +75,8 @@ def prepare_case(case: Case, golden=None) -> Prepared:
 
 def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> dict:
     """Run one backend on one prepared case; returns its record."""
+    if case.invalid:
+        return _run_invalid(backend, case, prep)
     if case.callers > 1:
         return _run_concurrent(backend, case, prep, keep_output)
     if case.reuse:
@@ -78,6 +84,32 @@ def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> d
     if case.stack_kib:
         return _on_small_stack(case.stack_kib, lambda: _attempt(backend, case, prep, keep_output))
     return _attempt(backend, case, prep, keep_output)
+
+
+def _run_invalid(backend, case: Case, prep: Prepared) -> dict:
+    """The case's valid call with one argument broken (invalid_args): the kernel must
+    return SDPA_INVALID (SDPA_UNSUPPORTED is accepted) and write nothing, output guards
+    included. torch and ExecuTorch have no C ABI call to break: unsupported."""
+    from . import invalid_args
+    from .inputs import InputGuard, out_buffer
+
+    rec = base_record(backend.name, case)
+    if not hasattr(backend, "prepare"):
+        rec.update(status="unsupported", reason="no C ABI call to break (it checks its "
+                                                "arguments through its own API)")
+        return rec
+    out = out_buffer(case)
+    before = out.arena.copy()
+    guard = InputGuard(prep.data)
+    call = backend.prepare(prep.data, out)
+    invalid_args.corrupt(case.invalid, call.args, backend.kernel.ffi)
+    t0 = time.perf_counter()
+    status = int(backend.kernel.forward_args(call.args))
+    rec["seconds"] = time.perf_counter() - t0
+    changed = int((out.arena.view(np.uint8) != before.view(np.uint8)).sum())
+    written = ", ".join(f"{name} ({n} elements)" for name, n in guard.written())
+    rec["status"], rec["reason"] = invalid_args.judge(case.invalid, status, changed, written)
+    return rec
 
 
 def _on_small_stack(kib: int, fn):
@@ -395,7 +427,7 @@ def _worker_main(conn, setup: dict) -> None:
                 if name not in backends:
                     backends[name] = make_backend(name)
                 rec = run_one(backends[name], case, prep)
-                if rec["status"] == "fail":
+                if rec["status"] == "fail" and not case.invalid:
                     retry_on_fresh_inputs(rec, backends[name], case, prep, earlier.get(name))
             except Exception as exc:
                 rec = base_record(name, case)
@@ -600,8 +632,13 @@ class WorkerPool:
         if said:
             why += f"; it printed: {said}{explain_heap_abort(said)}"
         if s.case is not None and s.pending:
+            on = ""
+            if s.case.invalid:  # (the call it died in was one it should have refused)
+                from .invalid_args import describe
+
+                on = f" on an invalid call ({describe(s.case.invalid)}), not refused"
             return self._replace(s, queue, on_record, status="crash",
-                                 reason=f"worker process died: {why}")
+                                 reason=f"worker process died{on}: {why}")
         if not s.ready:
             raise RuntimeError(f"a check worker failed to start ({why})")
         self._kill(s)

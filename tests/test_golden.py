@@ -79,10 +79,10 @@ def test_stored_set_is_intact():
 
 def test_stored_set_covers_the_default_suite():
     stored = {e["id"] for e in golden.read_manifest(GOLDEN)[0]["cases"]}
-    missing = [c.id for c in suite("default") if c.id not in stored]
+    missing = [c.id for c in golden.reference_suite("default") if c.id not in stored]
     assert not missing, (f"default-suite cases without golden data: {missing}; "
                          f"run `probe golden regen` and review the result")
-    families = {c.family for c in suite("default")}
+    families = {c.family for c in golden.reference_suite("default")}
     assert families <= {e["params"]["family"] for e in golden.read_manifest(GOLDEN)[0]["cases"]}
 
 

@@ -170,9 +170,11 @@ def _failure_table(records: list[dict]) -> Table:
 def _list_cases(out: Output, cases: list[Case], json_path: str | None) -> None:
     """The selected cases, one a line: id, tolerance, FLOPs and bytes (--json: all of a
     case's parameters too)."""
+    # (an invalid call is judged on its status: no tolerance)
     rows = [dict(id=c.id, family=c.family, atol=atol, rtol=rtol, flops=c.flops,
                  bytes=c.bytes, params=c.params())
-            for c, (atol, rtol) in ((c, tolerance(c)) for c in cases)]
+            for c, (atol, rtol) in ((c, tolerance(c) if c.needs_reference else (None, None))
+                                    for c in cases)]
     if json_path:
         out.write_json(json_path, {"cases": rows})
     if json_path != "-":  # plain lines, never folded: the ids are for copying into -k
@@ -180,8 +182,10 @@ def _list_cases(out: Output, cases: list[Case], json_path: str | None) -> None:
         out.print(f"{'id':<{w}}  {'atol':>8}  {'rtol':>6}  {'FLOPs':>13}  {'bytes':>11}",
                   style="bold", soft_wrap=True)
         for r in rows:
-            out.print(f"{r['id']:<{w}}  {r['atol']:>8.2g}  {r['rtol']:>6.2g}  "
-                      f"{r['flops']:>13,}  {r['bytes']:>11,}", soft_wrap=True)
+            tol = ("       -       -" if r["atol"] is None
+                   else f"{r['atol']:>8.2g}  {r['rtol']:>6.2g}")
+            out.print(f"{r['id']:<{w}}  {tol}  {r['flops']:>13,}  {r['bytes']:>11,}",
+                      soft_wrap=True)
         out.print(f"{len(rows)} cases", soft_wrap=True)
 
 

@@ -80,6 +80,9 @@ def _run_repro(out: Output, case_id: str, names: list[str], save: Path | None, f
     if seed:
         case = dataclasses.replace(case, seed=case.seed + seed)
         first = [dataclasses.replace(c, seed=c.seed + seed) for c in first]
+    if save is not None and case.invalid:
+        raise ProbeError(f"--save: {case.id} is an invalid call, judged on its status, with "
+                         "no reference to save")
     if save is not None and save.exists() and any(save.glob(f"{case.id}.*")) and not force:
         raise ProbeError(f"{save} already holds files for {case.id}; use --force to overwrite")
     records: list[dict] = []
@@ -99,8 +102,8 @@ def _run_repro(out: Output, case_id: str, names: list[str], save: Path | None, f
                   + (f" - {rec['reason']}" if rec["reason"] else ""))
         if st in FAILING:
             code = 1
-        if st in ("crash", "timeout", "unsupported", "error"):
-            continue
+        if st in ("crash", "timeout", "unsupported", "error") or case.invalid:
+            continue  # (an invalid call has no output to map: its status is the verdict)
         from ..backends import make_backend
 
         backend = make_backend(rec["backend"])
