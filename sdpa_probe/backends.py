@@ -60,11 +60,28 @@ class NativeBackend:
         native.raise_for_status(status, self.name)
 
 
+def _three_kv_heads(x: torch.Tensor) -> torch.Tensor:
+    """[B, S, Hkv, D] with one more head (a copy of the first): 3 kv heads, which do
+    not divide the default cases' 8 query heads."""
+    return torch.cat([x, x[:, :, :1]], dim=2)
+
+
 class TorchBackend:
     """torch.nn.functional.scaled_dot_product_attention in the working dtype, with
     the causal edge and mask given as one explicit additive mask."""
 
     name = "torch"
+    # the invalid calls (invalid_args) its own API can express; the others are C ABI calls
+    INVALID = ("heads-not-multiple",)
+
+    def run_invalid(self, data: CaseData, name: str) -> None:
+        """Make the invalid call; an exception is its refusal."""
+        q, k, v = (x.to(torch.float32) for x in (data.q, data.k, data.v))
+        k, v = _three_kv_heads(k), _three_kv_heads(v)
+        with torch.no_grad():
+            torch.nn.functional.scaled_dot_product_attention(
+                q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3),
+                enable_gqa=True)
 
     def run(self, data: CaseData, out: OutBuffer) -> None:
         c = data.case
@@ -114,6 +131,21 @@ class ExecutorchBackend:
     them merged into one additive mask."""
 
     name = "executorch"
+    INVALID = ("heads-not-multiple", "negative-start-pos")
+
+    def run_invalid(self, data: CaseData, name: str) -> None:
+        """Make the invalid call through custom_sdpa; an exception is its refusal (1.5.1
+        aborts the process on the first, in an assert, and answers the second)."""
+        _load_executorch()
+        c = data.case
+        q, k, v = (x.to(torch.float32).contiguous() for x in (data.q, data.k, data.v))
+        start_pos = c.kv_len - c.q_len
+        if name == "heads-not-multiple":
+            k, v = _three_kv_heads(k), _three_kv_heads(v)
+        else:
+            start_pos = -1
+        with torch.no_grad():
+            torch.ops.llama.custom_sdpa(q, k, v, start_pos, None, 0.0, False, None)
 
     def run(self, data: CaseData, out: OutBuffer) -> None:
         _load_executorch()

@@ -94,9 +94,20 @@ def _run_invalid(backend, case: Case, prep: Prepared) -> dict:
     from .inputs import InputGuard, out_buffer
 
     rec = base_record(backend.name, case)
-    if not hasattr(backend, "prepare"):
-        rec.update(status="unsupported", reason="no C ABI call to break (it checks its "
-                                                "arguments through its own API)")
+    if not hasattr(backend, "prepare"):  # torch, ExecuTorch: through their own API, if it can
+        what = f"an invalid call ({invalid_args.describe(case.invalid)})"
+        if case.invalid not in getattr(backend, "INVALID", ()):
+            rec.update(status="unsupported", reason=f"its API cannot make {what}")
+            return rec
+        t0 = time.perf_counter()
+        try:
+            backend.run_invalid(prep.data, case.invalid)
+        except Exception as exc:
+            said = (str(exc).strip().splitlines() or [""])[0][:200]
+            rec.update(status="pass", reason=f"raised {type(exc).__name__} for {what}: {said}")
+        else:
+            rec.update(status="fail", reason=f"answered {what} with an output, raising nothing")
+        rec["seconds"] = time.perf_counter() - t0
         return rec
     out = out_buffer(case)
     before = out.arena.copy()

@@ -10,11 +10,11 @@ from conftest import EXAMPLE_KERNEL
 from typer.testing import CliRunner
 
 from sdpa_probe import golden
-from sdpa_probe.backends import NativeBackend, TorchBackend
+from sdpa_probe.backends import NativeBackend, TorchBackend, executorch_library
 from sdpa_probe.cases import Case, suite
 from sdpa_probe.cli import app
 from sdpa_probe.errors import ProbeError
-from sdpa_probe.harness import prepare_case, run_one
+from sdpa_probe.harness import WorkerPool, prepare_case, run_one
 from sdpa_probe.invalid_args import INVALID
 from sdpa_probe.native import load_user_kernel
 
@@ -68,7 +68,29 @@ def test_the_example_and_torch_on_invalid_calls(tmp_path):
         assert prep.ref is None  # judged on its status: no oracle call
         rec = run_one(example, case, prep)
         assert rec["status"] == "pass" and "returned SDPA_INVALID" in rec["reason"], rec
-        assert run_one(TorchBackend(), case, prep)["status"] == "unsupported"
+        # torch through its own API where it can express the call: it raises
+        t = run_one(TorchBackend(), case, prep)
+        if case.invalid == "heads-not-multiple":
+            assert t["status"] == "pass" and t["reason"].startswith("raised RuntimeError"), t
+        else:
+            assert t["status"] == "unsupported" and "its API cannot make" in t["reason"], t
+
+
+@pytest.mark.executorch
+@pytest.mark.skipif(executorch_library() is None, reason="needs the executorch wheel")
+def test_executorch_aborts_on_a_group_that_does_not_divide():
+    """Its custom_sdpa asserts (SIGABRT) where it should raise; it answers start_pos -1."""
+    cases = [c for c in ARGS if c.invalid in ("heads-not-multiple", "negative-start-pos",
+                                              "nan-scale")]
+    records = []
+    WorkerPool(jobs=1, timeout=60).run([(c, ["executorch"]) for c in cases], records.append)
+    by = {r["case"].rsplit("-invalid-", 1)[1]: r for r in records}
+    assert by["heads-not-multiple"]["status"] == "crash"
+    assert "SIGABRT" in by["heads-not-multiple"]["reason"]
+    assert "not refused" in by["heads-not-multiple"]["reason"]
+    assert by["negative-start-pos"]["status"] == "fail"
+    assert "answered an invalid call (start_pos -1)" in by["negative-start-pos"]["reason"]
+    assert by["nan-scale"]["status"] == "unsupported"
 
 
 def test_writing_the_output_before_refusing_is_caught(tmp_path):
