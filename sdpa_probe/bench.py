@@ -492,6 +492,36 @@ class ReadParty(Party):
         self.close()
 
 
+FMA_PEAK = "fma-peak"
+FMA_ITERS_PER_THREAD = 1 << 16  # x chains x lanes x 2 flops a thread: well under a ms here
+SLOW_CORE = 0.85  # a same-run FMA rate under this share of probe info's gets a note
+
+
+class FmaParty(Party):
+    """`probe info`'s F32 FMA benchmark (independent chains on every thread), timed in
+    the same rounds as the kernels: a core-bound kernel's time moves with the core's
+    clock, which a shared host's neighbours change (stop 30: 345 GFLOP/s one hour, 455
+    another), and this says what the core did during these very rounds."""
+
+    def __init__(self, threads: int):
+        self.name = FMA_PEAK
+        self._ffi, self._lib, _ = native.native_lib()
+        self._threads = threads
+        self._res = self._ffi.new("sdpa_probe_mb_result *")
+        self.flops = 0
+
+    def run(self, n: int) -> list[float]:
+        out = []
+        for _ in range(n):
+            st = int(self._lib.sdpa_probe_mb_fma(self._threads, FMA_ITERS_PER_THREAD, 1,
+                                                 self._res))
+            if st != 0:
+                raise ProbeError(f"the FMA benchmark failed (status {st})")
+            self.flops = int(self._res.work)
+            out.append(float(self._res.best_seconds))
+        return out
+
+
 def f32_reference(shape: Shape, threads: int, n_sets: int = 1) -> NativeParty | None:
     """`flash` on the F32 twin of a F16 / BF16 / int8 shape, named F32_REFERENCE."""
     if shape.dtype == "f32":
@@ -637,6 +667,13 @@ def _same_run_figures(shape: Shape, stats: dict, read_gb_s: float | None) -> dic
             "dram_pct_same_run": round(100.0 * gb_s / read_gb_s, 1)}
 
 
+def _same_run_fma(gflops: float, roof: dict | None, threads: int) -> dict:
+    """The F32 FMA rate measured in the same rounds, and its share of probe info's."""
+    peak = (roof or {}).get("fma_gflops_all" if threads > 1 else "fma_gflops_1t")
+    return {"fma_gflops_same_run": round(gflops, 1),
+            "fma_pct_same_run": round(100.0 * gflops / peak, 1) if peak else None}
+
+
 def is_kernel_file(spec: str) -> bool:
     return spec.endswith(native.KERNEL_SUFFIXES) or os.sep in spec
 
@@ -755,6 +792,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
     torch.set_num_threads(threads)
     results = []
     read: ReadParty | None = None
+    fma = FmaParty(threads)
     try:
         for shape in shapes:
             ks = kernels_for(shape, chosen)
@@ -800,6 +838,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                 if read is None:
                     read = ReadParty(threads, _read_buffer_bytes())
                 parties.append(read)
+            parties.append(fma)  # and the core's FMA rate of these very rounds
             peer_skips = {}
             native_peer = {k.name: k for k in native_peers}
             for p in peers:
@@ -830,6 +869,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
             stats = {name: summarize(s) for name, s in samples.items()}
             same_bw = (read.nbytes / (stats[DRAM_READ]["median_us"] * 1e-6) / 1e9
                        if DRAM_READ in stats else None)
+            same_fma = fma.flops / (stats[FMA_PEAK]["median_us"] * 1e-6) / 1e9
             peer_stats = {p: stats[p] | _figures(shape, stats[p], roof, threads)
                           for p in peers if p in stats}
             if ref is not None:
@@ -853,6 +893,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                     "bytes": shape.bytes, "kv_bytes": shape.kv_bytes, "flops": shape.flops,
                     **_figures(shape, st, roof, threads),
                     **_same_run_figures(shape, st, same_bw),
+                    **_same_run_fma(same_fma, roof, threads),
                     **core,
                     "ratio": {p: round(ps["median_us"] / st["median_us"], 3)
                               for p, ps in peer_stats.items()},
@@ -878,6 +919,13 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         notes.append(f"other processes or the hypervisor took "
                      f"{load['other_cpu_fraction'] + load['steal_fraction']:.0%} of the CPUs "
                      "during these rounds: times may be high and ratios skewed")
+    slow = sorted({r["shape"] for r in results if r["fma_pct_same_run"] is not None
+                   and r["fma_pct_same_run"] < 100 * SLOW_CORE})
+    if slow:
+        low = min(r["fma_pct_same_run"] for r in results if r["shape"] in slow)
+        notes.append(f"the core ran slower than when probe info measured it (F32 FMA in the same "
+                     f"rounds down to {low:.0f}% of its peak): times bound by the core are high, "
+                     f"and their ratios to memory-bound parties low, for {', '.join(slow)}")
     noisy = [f"{r['shape']} {r['kernel']}" for r in results if r["noisy"]]
     noisy += sorted({f"{r['shape']} {p}" for r in results for p, ps in r["peers"].items()
                      if ps["noisy"]})

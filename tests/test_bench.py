@@ -117,6 +117,10 @@ def test_json_contract():
             peer_us = r["peers"][peer]["median_us"]
             assert r["ratio"][peer] == pytest.approx(peer_us / r["median_us"], rel=1e-2)
     assert bench.ratio_columns(doc) == ["torch", "flash@f32"]
+    for r in doc["results"]:  # the core's FMA rate of the same rounds, against the roofline's
+        assert r["fma_gflops_same_run"] > 0
+        assert r["fma_pct_same_run"] == pytest.approx(
+            100 * r["fma_gflops_same_run"] / FAKE_ROOF["fma_gflops_all"], rel=0.01)
     for r in doc["results"]:  # decode: the DRAM read bandwidth of the same rounds
         assert r["read_gb_s_same_run"] > 0
         assert r["dram_pct_same_run"] == pytest.approx(
@@ -144,6 +148,19 @@ def test_noisy_medians_are_marked_and_named_in_a_note(monkeypatch):
     table = bench_cmd._table(doc)  # the noisy figures are drawn in yellow
     cells = [c._cells for c in table.columns]
     assert cells[3][0].startswith("[yellow]") and cells[10][0].startswith("[yellow]")
+
+
+def test_a_core_slower_than_the_roofline_says_is_noted():
+    """The same-run FMA rate far under probe info's (as if the core had slowed): a note."""
+    shape = bench.parse_shape("decode-h8kv2d64-kv512-f16")
+    fast = FAKE_ROOF | {"fma_gflops_all": 1e6}
+    doc = bench.run([shape], peers=(), threads=2, rounds=2, min_time=0.002, roofline=fast)
+    (r,) = doc["results"]
+    assert r["fma_pct_same_run"] < 100 * bench.SLOW_CORE
+    (note,) = [n for n in doc["notes"] if n.startswith("the core ran slower")]
+    assert shape.name in note
+    doc = bench.run([shape], peers=(), threads=2, rounds=2, min_time=0.002, roofline=FAKE_ROOF)
+    assert not any(n.startswith("the core ran slower") for n in doc["notes"])
 
 
 def test_core_limit_extrapolates_the_l2_resident_time():

@@ -193,6 +193,15 @@ def bench_command(
                       "F16 / BF16 / int8 K and V elements / the measured conversion rate) "
                       "over the median (probe info). Bytes: q, k, v read once, out written "
                       f"once. Yellow: noisy (IQR over {bench.NOISY_IQR:.0%} of the median).[/]")
+        fmas = [r["fma_gflops_same_run"] for r in doc["results"]
+                if r.get("fma_gflops_same_run") is not None]
+        if fmas:
+            pcts = [r["fma_pct_same_run"] for r in doc["results"]
+                    if r.get("fma_pct_same_run") is not None]
+            share = (f" ({min(pcts):.0f}-{max(pcts):.0f} % of probe info's peak)"
+                     if pcts else "")
+            out.print(f"[dim]F32 FMA timed in the same rounds: {min(fmas):.0f}-{max(fmas):.0f} "
+                      f"GFLOP/s{share}: a core-bound time moves with it.[/]")
         at = _allocs_table(doc)
         if at is not None:
             out.print(at)
