@@ -134,6 +134,7 @@ def test_bench_reports_allocations_per_call_in_json_and_table(tmp_path):
     assert r["allocs"] is None and r["peers"]["torch"]["allocs"] is None
 
 
-@pytest.mark.parametrize("n,text", [(0, "0"), (2, "2 (4.0 KiB)"), (1.5, "1.50 (3.0 KiB)")])
+@pytest.mark.parametrize("n,text", [(0, "0"), (2, "2 (4 KiB)"), (1.5, "1.50 (3 KiB)"),
+                                    (3, "3 (6 KiB)"), (1.25, "1.25 (2.5 KiB)")])
 def test_allocation_cells(n, text):
     assert bench_cmd._allocs_cell({"allocs": n, "bytes": 2048 * n, "frees": n}) == text

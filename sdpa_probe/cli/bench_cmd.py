@@ -11,7 +11,7 @@ from rich.table import Table
 from .. import bench
 from ..errors import ProbeError
 from . import command
-from .output import Output, check_writable
+from .output import Output, check_writable, human_bytes
 
 
 def _split(text: str | None) -> list[str]:
@@ -67,13 +67,6 @@ def _table(doc: dict) -> Table:
     return t
 
 
-def _size(n: float) -> str:
-    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= k:
-            return f"{n / k:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
 def _allocs_cell(c: dict | None) -> str:
     if c is None:
         return "[dim]-[/]"
@@ -81,7 +74,7 @@ def _allocs_cell(c: dict | None) -> str:
         return "[red]failed[/]" if "died" in c["error"] else "[dim]n/a[/]"
     n = c["allocs"]
     text = f"{n:,.0f}" if n == int(n) else f"{n:,.2f}"
-    return text if not n else f"{text} ({_size(c['bytes'])})"
+    return text if not n else f"{text} ({human_bytes(c['bytes'])})"
 
 
 def _allocs_table(doc: dict) -> Table | None:
@@ -193,11 +186,10 @@ def bench_command(
                       "F16 / BF16 / int8 K and V elements / the measured conversion rate) "
                       "over the median (probe info). Bytes: q, k, v read once, out written "
                       f"once. Yellow: noisy (IQR over {bench.NOISY_IQR:.0%} of the median).[/]")
-        fmas = [r["fma_gflops_same_run"] for r in doc["results"]
-                if r.get("fma_gflops_same_run") is not None]
+        fmas = [r["fma_gflops_same_run"] for r in doc["results"]]
         if fmas:
             pcts = [r["fma_pct_same_run"] for r in doc["results"]
-                    if r.get("fma_pct_same_run") is not None]
+                    if r["fma_pct_same_run"] is not None]  # (None: no roofline)
             share = (f" ({min(pcts):.0f}-{max(pcts):.0f} % of probe info's peak)"
                      if pcts else "")
             out.print(f"[dim]F32 FMA timed in the same rounds: {min(fmas):.0f}-{max(fmas):.0f} "

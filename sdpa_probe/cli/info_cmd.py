@@ -7,17 +7,7 @@ from rich.table import Table
 
 from .. import machine, native
 from . import command
-from .output import Output
-
-
-def _size(n: int | None) -> str:
-    if not n:
-        return "?"
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            value = n / scale
-            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
-    return f"{n} B"
+from .output import Output, human_bytes
 
 
 def _threads(n: int) -> str:
@@ -42,9 +32,10 @@ def _machine_table(m: dict) -> Table:
         return "" if not n else (" per cpu" if n == 1 else f" shared by {n} cpus")
 
     l2_share, l3_share = share(c["l2_shared_cpus"]), share(c["l3_shared_cpus"])
-    t.add_row("caches", f"L1d {_size(c['l1d_bytes'])}, L2 {_size(c['l2_bytes'])}{l2_share}, "
-                        f"L3 {_size(c['l3_bytes'])}{l3_share}")
-    t.add_row("memory", _size(m["memory_bytes"]))
+    t.add_row("caches", f"L1d {human_bytes(c['l1d_bytes'])}, "
+                        f"L2 {human_bytes(c['l2_bytes'])}{l2_share}, "
+                        f"L3 {human_bytes(c['l3_bytes'])}{l3_share}")
+    t.add_row("memory", human_bytes(m["memory_bytes"]))
     os_ = m["os"]
     t.add_row("os", f"{os_['system']} {os_['release']}"
                     + (f" ({os_['libc']})" if os_["libc"] else ""))
@@ -66,11 +57,11 @@ def _roofline_table(r: dict, m: dict) -> Table:
     t.add_column("ceiling", style="bold")
     t.add_column("value", justify="right")
     t.add_column("how")
-    dram = f"{_size(p['dram_buffer_bytes'])} buffer, best of {rounds}{p['dram_reps']}"
+    dram = f"{human_bytes(p['dram_buffer_bytes'])} buffer, best of {rounds}{p['dram_reps']}"
     t.add_row("DRAM read, 1 thread", f"{r['read_bw_gbs_1t']:.1f} GB/s", dram)
     t.add_row(f"DRAM read, {_threads(nt)}", f"{r['read_bw_gbs_all']:.1f} GB/s", dram)
     t.add_row("L2 read, 1 thread", f"{r['l2_read_bw_gbs']:.1f} GB/s",
-              f"{_size(p['l2_buffer_bytes'])} buffer, best of {rounds}{p['l2_reps']}")
+              f"{human_bytes(p['l2_buffer_bytes'])} buffer, best of {rounds}{p['l2_reps']}")
     fma = (f"{fb['chains']} chains x {fb['lanes']} lanes"
            f"{'' if fb['fused'] else ' (mul+add, not fused)'}, best of {rounds}{p['fma_reps']}")
     t.add_row("F32 FMA, 1 thread", f"{r['fma_gflops_1t']:.1f} GFLOP/s", fma)

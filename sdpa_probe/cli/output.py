@@ -69,6 +69,18 @@ class Output:
         write_text(path, dumps(obj) + "\n")
 
 
+def human_bytes(n: float | None) -> str:
+    """A byte count in the largest binary unit it fills: 32 MiB, 90.3 KiB, 512 B ("?":
+    unknown or zero)."""
+    if not n:
+        return "?"
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
 def check_writable(path: str | None, option: str, inputs=()) -> None:
     """Before the work, not after it: an output PATH must be a file (new or not) in an
     existing, writable directory, and none of the command's input files (a --kernel
