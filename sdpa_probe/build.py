@@ -293,6 +293,18 @@ def _redirect_fd(fd: int, fileobj):
         os.close(saved)
 
 
+def _usable_cache_root() -> Path:
+    """The build cache, created if need be; a BuildError saying why it cannot be used."""
+    root = cache_root()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = "not a directory" if root.exists() else exc.strerror
+        raise BuildError(f"cannot use the build cache {root}: {why} (set SDPA_PROBE_CACHE "
+                         "to a writable directory)") from None
+    return root
+
+
 def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
           cflags: str | None = None) -> BuildResult:
     """Build (or find in the cache) the module described by spec."""
@@ -307,13 +319,7 @@ def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
         attempts.append(BASE_FLAGS + user_flags)  # portable fallback
     else:
         attempts = [BASE_FLAGS + user_flags]
-    root = cache_root()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        why = "not a directory" if root.exists() else exc.strerror
-        raise BuildError(f"cannot use the build cache {root}: {why} (set SDPA_PROBE_CACHE "
-                         "to a writable directory)") from None
+    root = _usable_cache_root()
     last_error: BuildError | None = None
     for n, flags in enumerate(attempts):
         key = _key(spec, cc_cmd, cc_version, flags, cxx)
@@ -341,12 +347,12 @@ def build_preload(source: Path, cc: str | None = None) -> Path:
     source: no cffi module, nothing Python loads; keyed like the modules."""
     cc_cmd = compiler_command(cc)
     flags = ["-std=c11", "-O2", "-Wall", "-fPIC", "-shared"]
-    h = hashlib.sha256()
-    for part in (source.name, source.read_bytes().decode(errors="replace"), " ".join(cc_cmd),
-                 compiler_version(cc_cmd), " ".join(flags), __version__):
-        h.update(part.encode())
+    h = hashlib.sha256(source.read_bytes())
+    for part in (source.name, " ".join(cc_cmd), compiler_version(cc_cmd), " ".join(flags),
+                 __version__):
         h.update(b"\0")
-    root = cache_root()
+        h.update(part.encode())
+    root = _usable_cache_root()
     dest = root / f"_preload_{source.stem}_{h.hexdigest()[:16]}.so"
     with file_lock(root / (dest.stem + ".lock")):
         if dest.exists():
