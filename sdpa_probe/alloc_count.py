@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -47,34 +46,23 @@ def preload_library() -> tuple[str | None, str | None]:
         return None, f"heap allocations not counted: {exc}"
 
 
-def _signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-
-
 def count(jobs: Sequence[dict], threads: int, calls: int = CALLS,
-          timeout_per_job: float = 120.0, progress: Callable[[str], None] | None = None
-          ) -> tuple[list[dict | None], str | None]:
+          timeout_per_job: float = 120.0) -> tuple[list[dict | None], str | None]:
     """Allocations per call for each job ({"shape": bench shape name, "party": "torch",
     "executorch" or a kernel spec: a registered name or a kernel file}): a list of
     {"allocs", "bytes", "frees"} per call (floats) or {"error": why}, in job order;
     all None with the reason when nothing can be counted here."""
+    from .harness import child_env, signal_name
+
     lib, why = preload_library()
     if lib is None:
         return [None] * len(jobs), why
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, LD_PRELOAD=lib, PYTHONPATH=os.pathsep.join(
-        p for p in (package_parent, os.environ.get("PYTHONPATH")) if p))
+    env = child_env(LD_PRELOAD=lib)
     results: list[dict | None] = [None] * len(jobs)
     start = 0
     while start < len(jobs):
         todo = list(range(start, len(jobs)))
-        if progress:
-            progress(f"counting heap allocations: {len(todo)} (shape, party) in a worker")
-        request = {"threads": threads, "calls": calls,
-                   "jobs": [dict(jobs[i]) for i in todo]}
+        request = {"threads": threads, "calls": calls, "jobs": [jobs[i] for i in todo]}
         timeout = 60.0 + timeout_per_job * len(todo)
         try:
             proc = subprocess.run([sys.executable, "-m", "sdpa_probe.alloc_count"],
@@ -96,8 +84,7 @@ def count(jobs: Sequence[dict], threads: int, calls: int = CALLS,
             results[bad] = {"error": f"no answer within {timeout:g} s"}
         else:
             said = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()]
-            how = (_signal_name(died) if died < 0 else f"exit {died}")
-            results[bad] = {"error": f"the counting worker died ({how})"
+            results[bad] = {"error": f"the counting worker died ({signal_name(died)})"
                             + (f": {said[-1][:200]}" if said else "")}
         start = bad + 1
     return results, None
@@ -153,10 +140,10 @@ def _worker() -> None:
     threads, calls = int(request["threads"]), int(request["calls"])
     torch.set_num_threads(threads)
     ffi, lib, _ = native.native_lib()
-    shape_name, sets = None, None
+    shape_name = None
     for job in request["jobs"]:
-        if job["shape"] != shape_name:
-            shape_name, sets = job["shape"], None
+        if job["shape"] != shape_name:  # (jobs come shape by shape: inputs made once each)
+            shape_name = job["shape"]
             shape = bench.parse_shape(shape_name)
             sets = bench.make_inputs(shape, 1)
         try:

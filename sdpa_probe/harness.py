@@ -87,9 +87,10 @@ def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> d
 
 
 def _run_invalid(backend, case: Case, prep: Prepared) -> dict:
-    """The case's valid call with one argument broken (invalid_args): the kernel must
-    return SDPA_INVALID (SDPA_UNSUPPORTED is accepted) and write nothing, output guards
-    included. torch and ExecuTorch have no C ABI call to break: unsupported."""
+    """The case's valid call with one argument broken (invalid_args): a native kernel
+    must return SDPA_INVALID (SDPA_UNSUPPORTED is accepted) and write nothing, output
+    guards included. torch and ExecuTorch make the call through their own API where it
+    can express it (backend.INVALID) and must raise; elsewhere they are unsupported."""
     from . import invalid_args
     from .inputs import InputGuard, out_buffer
 
@@ -118,8 +119,8 @@ def _run_invalid(backend, case: Case, prep: Prepared) -> dict:
     status = int(backend.kernel.forward_args(call.args))
     rec["seconds"] = time.perf_counter() - t0
     changed = int((out.arena.view(np.uint8) != before.view(np.uint8)).sum())
-    written = ", ".join(f"{name} ({n} elements)" for name, n in guard.written())
-    rec["status"], rec["reason"] = invalid_args.judge(case.invalid, status, changed, written)
+    rec["status"], rec["reason"] = invalid_args.judge(case.invalid, status, changed,
+                                                      guard.written())
     return rec
 
 
@@ -462,7 +463,8 @@ def _last_words(log: str) -> str:
     return lines[-1][:240] if lines else ""
 
 
-def _signal_name(code: int | None) -> str:
+def signal_name(code: int | None) -> str:
+    """How a child process ended, from its exit code: 'SIGSEGV', 'exit code 3'."""
     if code is None:
         return "unknown"
     if code < 0:
@@ -638,7 +640,7 @@ class WorkerPool:
             pass
         # the worker died
         s.proc.join(5)
-        why = _signal_name(s.proc.exitcode)
+        why = signal_name(s.proc.exitcode)
         said = _last_words(s.log)
         if said:
             why += f"; it printed: {said}{explain_heap_abort(said)}"
@@ -696,6 +698,15 @@ def _trial_child() -> None:
         sys.exit(3)
 
 
+def child_env(**extra: str) -> dict:
+    """The environment for a `python -c` / `-m` child that imports this package: ours,
+    with the package's parent put first on PYTHONPATH (a checkout that is not installed
+    still imports), plus `extra`."""
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        p for p in (package_parent, os.environ.get("PYTHONPATH")) if p), **extra)
+
+
 def trial_call(result, shape: dict, threads: int = 0, timeout: float = 120.0) -> str | None:
     """Call a built user kernel (result: its BuildResult) once on a bench.Shape's fields
     in a child process, before a caller runs it in its own: None if the child lived
@@ -705,9 +716,7 @@ def trial_call(result, shape: dict, threads: int = 0, timeout: float = 120.0) ->
     import subprocess
     import sys
 
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        p for p in (package_parent, os.environ.get("PYTHONPATH")) if p))
+    env = child_env()
     try:
         out = subprocess.run([sys.executable, "-c",
                               "from sdpa_probe.harness import _trial_child; _trial_child()"],
@@ -718,4 +727,4 @@ def trial_call(result, shape: dict, threads: int = 0, timeout: float = 120.0) ->
     if out.returncode >= 0:
         return None
     said = [ln.strip() for ln in out.stderr.decode(errors="replace").splitlines() if ln.strip()]
-    return _signal_name(out.returncode) + (f"; it printed: {said[-1][:240]}" if said else "")
+    return signal_name(out.returncode) + (f"; it printed: {said[-1][:240]}" if said else "")

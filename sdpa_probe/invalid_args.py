@@ -52,9 +52,12 @@ def corrupt(name: str, args, ffi) -> None:
     INVALID[name][1](args, ffi)
 
 
-def judge(name: str, status: int, output_changed: int, inputs_written: str | None
-          ) -> tuple[str, str]:
-    """(status, reason) of a record for a kernel's answer to the invalid call."""
+def judge(name: str, status: int, output_changed: int,
+          inputs_written: list[tuple[str, int]]) -> tuple[str, str]:
+    """(status, reason) of a record for a kernel's answer to the invalid call:
+    output_changed, bytes of the output arena written; inputs_written, InputGuard's."""
+    from .verdict import inputs_in_words
+
     what = f"an invalid call ({describe(name)})"
     if status == SDPA_OK:
         return "fail", (f"returned SDPA_OK for {what}: the ABI asks for SDPA_INVALID and "
@@ -66,7 +69,8 @@ def judge(name: str, status: int, output_changed: int, inputs_written: str | Non
         return "fail", (f"returned {said} for {what} but wrote {output_changed} bytes of "
                         "the output buffer first (nothing may be written)")
     if inputs_written:
-        return "fail", f"returned {said} for {what} but wrote into its inputs: {inputs_written}"
+        return "fail", (f"returned {said} for {what} but wrote into its inputs: "
+                        f"{inputs_in_words(inputs_written)}")
     if status == SDPA_UNSUPPORTED:
         return "pass", (f"returned SDPA_UNSUPPORTED for {what}, nothing written "
                         "(SDPA_INVALID is the ABI's answer; a refusal is accepted)")

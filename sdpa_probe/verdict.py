@@ -51,6 +51,11 @@ def error_figures(out: np.ndarray, ref: np.ndarray) -> dict:
             "max_rel_err": float(rel.max()) if rel.size else 0.0, "nmse": nmse, "worst": worst}
 
 
+def inputs_in_words(written: list[tuple[str, int]]) -> str:
+    """InputGuard.written() as a reason says it: 'Q (3 elements), K (1 elements)'."""
+    return ", ".join(f"{name} ({n} elements)" for name, n in written)
+
+
 def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None = None,
           inputs_written: list[tuple[str, int]] | None = None,
           fp_changed: str | None = None) -> Verdict:
@@ -89,7 +94,7 @@ def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None =
         return Verdict("fail", f"out-of-bounds write: {n_guard} guard elements around the output "
                                f"changed (first at arena element {off})", **common)
     if inputs_written:  # (the output may still be right: the caller's tensors are not)
-        what = ", ".join(f"{name} ({n} elements)" for name, n in inputs_written)
+        what = inputs_in_words(inputs_written)
         cache = any(name[0] in "KV" for name, _ in inputs_written)
         return Verdict("fail", f"wrote into its inputs, which are read-only: {what} changed"
                        + ("; a KV cache written so is wrong for the next decode step"
