@@ -2,6 +2,7 @@
 the documented one), never a traceback, and nothing of the user's overwritten."""
 
 import json
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -114,6 +115,23 @@ def test_output_path_is_checked_before_the_work(argv, msg, tmp_path):
     f.write_text("x")
     fill = {"tmp": str(tmp_path), "file": str(f)}
     _usage_error([a.format(**fill) for a in argv], msg.format(**fill), input="quit\n")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_output_path_is_opened_before_the_work():
+    # root passes os.access there; only opening the file shows the write would fail
+    _usage_error(["bench", "--shape", SHAPE, "--json", "/proc/sdpa-probe-x.json"],
+                 "cannot write --json /proc/sdpa-probe-x.json: No such file or directory")
+
+
+def test_output_path_check_leaves_files_as_they_were(tmp_path):
+    from sdpa_probe.cli.output import check_writable
+    kept = tmp_path / "old.json"
+    kept.write_text("the user's data")
+    check_writable(str(kept), "--json")
+    assert kept.read_text() == "the user's data"
+    check_writable(str(tmp_path / "new.json"), "--json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]
 
 
 def test_output_never_overwrites_the_kernel_file(tmp_path):

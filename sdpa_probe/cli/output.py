@@ -99,8 +99,30 @@ def check_writable(path: str | None, option: str, inputs=()) -> None:
     elif not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         why = "permission denied"
     else:
-        return
+        why = _open_fails(p)
+        if why is None:
+            return
     raise ProbeError(f"cannot write {option} {path}: {why}")
+
+
+def _open_fails(p: Path) -> str | None:
+    """Open the path for appending, which truncates nothing, and remove it again if
+    this made it: os.access says yes to root on a read-only file system, /proc or
+    /sys, where the write at the end of a long run would then fail."""
+    existed = p.exists()
+    if existed and not p.is_file():
+        return None  # a FIFO or a device (/dev/stdout): opening one could block
+    try:
+        with open(p, "a"):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if not existed:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+    return None
 
 
 def write_text(path: str, text: str) -> None:
