@@ -432,10 +432,14 @@ def _default() -> list[Case]:
                    n_heads=4, n_kv_heads=2))
     cs.append(Case("layout", q_len=4, kv_len=70, layout="qfused", dtype="f16",
                    n_heads=8, n_kv_heads=2))
-    # BF16 through a padded and a transposed view (its path's own stride handling)
-    for lay in ("padded", "dmajor"):
+    # BF16 through a padded and a transposed view (its path's own stride handling), V
+    # alone transposed, and element offsets past 2^31: the BF16 path forms its own
+    # offsets, so the F32 / F16 / int8 cases above do not speak for it
+    for lay in ("padded", "dmajor", "vdmajor"):
         cs.append(Case("layout", q_len=1, kv_len=200, layout=lay, dtype="bf16", n_heads=8,
                        n_kv_heads=2))
+    cs.append(Case("layout", batch=2, q_len=2, kv_len=70, layout="far", dtype="bf16",
+                   n_heads=4, n_kv_heads=2))
     # llama.cpp's own cache: F16, V transposed (head_dim-major) beside a plain K
     cs.append(Case("layout", q_len=1, kv_len=200, layout="vdmajor", dtype="f16",
                    n_heads=8, n_kv_heads=2))
@@ -471,8 +475,9 @@ def _default() -> list[Case]:
     # two threads calling the kernel at once, each with its own inputs and output: a
     # kernel with static scratch, or a non-reentrant pool or cache, mixes their rows
     cs.append(Case("threads", q_len=1, kv_len=1030, n_heads=8, n_kv_heads=2, callers=2))
-    cs.append(Case("threads", q_len=1, kv_len=1030, n_heads=8, n_kv_heads=2, callers=2,
-                   dtype="f16"))
+    for dt in ("f16", "bf16"):
+        cs.append(Case("threads", q_len=1, kv_len=1030, n_heads=8, n_kv_heads=2, callers=2,
+                       dtype=dt))
     cs.append(Case("threads", q_len=1, kv_len=1030, n_heads=8, n_kv_heads=2, n_threads=2,
                    dtype="bf16"))
     cs.append(Case("threads", q_len=9, kv_len=100, causal=True, start_pos=91, n_heads=4,

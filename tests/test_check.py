@@ -559,7 +559,7 @@ def test_int32_offsets_are_caught_by_the_far_layout(tmp_path):
     recs = _cli_records(tmp_path, "int_offsets.c",
                         SRC.replace(old, old.replace("int64_t off", "int off")), "far", "layout-h4")
     far = [r for c, r in recs.items() if c.endswith("-far")]
-    assert len(far) == 3 and all(r["status"] in ("crash", "fail") for r in far), far
+    assert len(far) == 4 and all(r["status"] in ("crash", "fail") for r in far), far
     assert all(r["status"] == "pass" for c, r in recs.items() if "-far" not in c), recs
 
 
@@ -1092,7 +1092,28 @@ PATH_ALONE_MUTANTS = {
                                "t->data)[off]);",
                                "case SDPA_BF16: return bf16_to_f32(((const uint16_t *)t->data)"
                                "[off - d * t->stride[3] + d]);")],
-                             "layout-", {"layout-h8gqa4-q1-kv200-d64-bf16-dmajor"}),
+                             "layout-", {"layout-h8gqa4-q1-kv200-d64-bf16-dmajor",
+                                         "layout-h8gqa4-q1-kv200-d64-bf16-vdmajor"}),
+    # the BF16 path's own offsets, strides and scratch: each passed all 200 cases of
+    # stop 30 and is caught by one of stop 31's three BF16 cases
+    "int32_offsets_bf16": ([("case SDPA_BF16: return bf16_to_f32(((const uint16_t *)"
+                             "t->data)[off]);",
+                             "case SDPA_BF16: return bf16_to_f32(((const uint16_t *)t->data)"
+                             "[(int32_t)off]);")],
+                           "layout-", {"layout-b2-h4gqa2-q2-kv70-d64-bf16-far"}),
+    "vstrides_bf16": ([("for (int64_t d = 0; d < D; d++) acc[d] += w * load(&a->v, b, j, hk, d);",
+                        "for (int64_t d = 0; d < D; d++) acc[d] += w * load(&v_, b, j, hk, d);"),
+                       ("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
+                        "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n  sdpa_tensor v_ = "
+                        "a->v;\n  if (a->v.dtype == SDPA_BF16) memcpy(v_.stride, a->k.stride, "
+                        "sizeof v_.stride);")],
+                      "layout-", {"layout-h8gqa4-q1-kv200-d64-bf16-vdmajor"}),
+    "static_bf16": ([("float *p = malloc((size_t)(kv > 0 ? kv : 1) * sizeof(float));",
+                      "static float p_[1 << 16];\n  const int st_ = a->k.dtype == SDPA_BF16 && "
+                      "kv <= (1 << 16);\n  float *p = st_ ? p_ : "
+                      "malloc((size_t)(kv > 0 ? kv : 1) * sizeof(float));"),
+                     ("free(p);", "if (!st_) free(p);")],
+                    "threads-", {"threads-h8gqa4-q1-kv1030-d64-bf16-c2"}),
     "kv0_i8": ([("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
                  "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n  if (a->k.dtype == "
                  "SDPA_I8) { volatile float s0_ = a->k.scale[0]; (void)s0_; }")],
@@ -1105,7 +1126,8 @@ def test_a_bug_on_one_dtypes_path_alone_is_caught(tmp_path, name):
     """F16 V's strides taken from K (llama.cpp's transposed F16 V cache), a mask read
     as hidden / visible on the F16 / BF16 path, int8's softmax without its max, static
     scratch on the F16 path, int8's first scale read before the loop (an empty cache's
-    NULL): each is caught by the cases that run that path (the kv0 one since the
+    NULL), and on the BF16 path 32-bit offsets, V read with K's strides and static
+    scratch: each is caught by the cases that run that path (the kv0 one since the
     harness sets an empty cache's dtype)."""
     edits, family, expected = PATH_ALONE_MUTANTS[name]
     src = SRC
