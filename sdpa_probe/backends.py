@@ -68,7 +68,9 @@ def _three_kv_heads(x: torch.Tensor) -> torch.Tensor:
 
 class TorchBackend:
     """torch.nn.functional.scaled_dot_product_attention in the working dtype, with
-    the causal edge and mask given as one explicit additive mask."""
+    the causal edge and mask given as one explicit additive mask. torch has no int8
+    SDPA: int8 cases go through its F32 one on the dequantised values, as a runtime
+    without a fused quantized op does (and as `probe bench` times torch there)."""
 
     name = "torch"
     # the invalid calls (invalid_args) its own API can express; the others are C ABI calls
@@ -85,10 +87,11 @@ class TorchBackend:
 
     def run(self, data: CaseData, out: OutBuffer) -> None:
         c = data.case
-        if c.dtype not in TORCH_DTYPES:
+        if c.dtype not in TORCH_DTYPES and c.dtype != "i8":
             raise Unsupported(f"torch SDPA has no {c.dtype} path")
-        # (a float query over an F16 cache: K and V cast up to Q's dtype, as a caller must)
-        dt = TORCH_DTYPES[c.out_dtype]
+        # (a float query over an F16 cache: K and V cast up to Q's dtype, as a caller must;
+        # an int8 query's output is F32)
+        dt = TORCH_DTYPES.get(c.out_dtype, torch.float32)
         if data.mask is not None and dt != torch.float32:
             finite = data.mask[np.isfinite(data.mask)]
             lim = torch.finfo(dt).max

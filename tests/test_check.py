@@ -1212,3 +1212,17 @@ def test_a_case_cannot_ask_for_a_small_stack_it_would_not_get():
         with pytest.raises(ValueError, match="stack_kib"):
             Case("bug", kv_len=20, stack_kib=256, **extra)
     assert Case("bug", kv_len=20, stack_kib=256).stack_kib == 256
+
+
+def test_torch_runs_int8_cases_on_the_dequantised_values(tmp_path):
+    """torch has no int8 SDPA: its backend takes the int8 cases through its F32 one
+    (dequantised values, an int8 query's output in F32) and they pass, where they were
+    unsupported; the `args` calls its API cannot express stay unsupported."""
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["check", "-b", "torch", "-k", "-i8", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    recs = json.loads(out.read_text())["records"]
+    int8 = [r for r in recs if r["family"] != "args"]
+    assert len(int8) >= 30 and all(r["status"] == "pass" for r in int8), \
+        [(r["case"], r["status"], r["reason"]) for r in int8 if r["status"] != "pass"]
+    assert any("-qf32" in r["case"] for r in int8) and any("-sym" in r["case"] for r in int8)
