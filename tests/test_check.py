@@ -1060,14 +1060,30 @@ def test_an_explicit_scale_ignored_off_the_f32_path_is_caught(tmp_path):
 
 # Stop 29: one dtype's path alone wrong, where the suite had the feature in F32 (and
 # int8) only; each passed every case before the cases it is caught by were added
+def _v_with_k_strides(dt: str) -> tuple:
+    """V read with K's strides on one dtype's path (one stride set per call assumed)."""
+    return ([("for (int64_t d = 0; d < D; d++) acc[d] += w * load(&a->v, b, j, hk, d);",
+              "for (int64_t d = 0; d < D; d++) acc[d] += w * load(&v_, b, j, hk, d);"),
+             ("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
+              "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n  sdpa_tensor v_ = a->v;\n"
+              f"  if (a->v.dtype == SDPA_{dt.upper()}) memcpy(v_.stride, a->k.stride, "
+              "sizeof v_.stride);")],
+            "layout-", {f"layout-h8gqa4-q1-kv200-d64-{dt}-vdmajor"})
+
+
+def _static_scratch(dt: str) -> tuple:
+    """One static score buffer for every caller, on one dtype's path."""
+    return ([("float *p = malloc((size_t)(kv > 0 ? kv : 1) * sizeof(float));",
+              f"static float p_[1 << 16];\n  const int st_ = a->k.dtype == SDPA_{dt.upper()} && "
+              "kv <= (1 << 16);\n  float *p = st_ ? p_ : "
+              "malloc((size_t)(kv > 0 ? kv : 1) * sizeof(float));"),
+             ("free(p);", "if (!st_) free(p);")],
+            "threads-", {f"threads-h8gqa4-q1-kv1030-d64-{dt}-c2"})
+
+
 PATH_ALONE_MUTANTS = {
-    "vstrides_f16": ([("for (int64_t d = 0; d < D; d++) acc[d] += w * load(&a->v, b, j, hk, d);",
-                       "for (int64_t d = 0; d < D; d++) acc[d] += w * load(&v_, b, j, hk, d);"),
-                      ("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
-                       "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n  sdpa_tensor v_ = "
-                       "a->v; /* F16: one stride set per call assumed */\n  if (a->v.dtype == "
-                       "SDPA_F16) memcpy(v_.stride, a->k.stride, sizeof v_.stride);")],
-                     "layout-", {"layout-h8gqa4-q1-kv200-d64-f16-vdmajor"}),
+    "vstrides_f16": _v_with_k_strides("f16"),
+    "static_f16": _static_scratch("f16"),
     "boolmask_f16": ([("if (a->mask) s += a->mask[i * a->mask_row_stride + j];",
                        "if (a->mask) { const float m_ = a->mask[i * a->mask_row_stride + j];\n"
                        "  s += (a->k.dtype == SDPA_F16 || a->k.dtype == SDPA_BF16) && "
@@ -1078,12 +1094,6 @@ PATH_ALONE_MUTANTS = {
     "nomax_i8": ([("float w = expf(p[j] - mx);",
                    "float w = expf(p[j] - (a->k.dtype == SDPA_I8 ? 0.0f : mx));")],
                  "mask-", {"mask-h8gqa4-q1-kv300-d64-i8-random-x100"}),
-    "static_f16": ([("float *p = malloc((size_t)(kv > 0 ? kv : 1) * sizeof(float));",
-                     "static float p_[1 << 16];\n  const int st_ = a->k.dtype == SDPA_F16 && "
-                     "kv <= (1 << 16);\n  float *p = st_ ? p_ : "
-                     "malloc((size_t)(kv > 0 ? kv : 1) * sizeof(float));"),
-                    ("free(p);", "if (!st_) free(p);")],
-                   "threads-", {"threads-h8gqa4-q1-kv1030-d64-f16-c2"}),
     "pos_causal_i8": ([("if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;",
                         "if ((a->is_causal || (a->k.dtype == SDPA_I8 && a->start_pos > 0)) && "
                         "a->start_pos + i + 1 < n) n = a->start_pos + i + 1;")],
@@ -1101,19 +1111,8 @@ PATH_ALONE_MUTANTS = {
                              "case SDPA_BF16: return bf16_to_f32(((const uint16_t *)t->data)"
                              "[(int32_t)off]);")],
                            "layout-", {"layout-b2-h4gqa2-q2-kv70-d64-bf16-far"}),
-    "vstrides_bf16": ([("for (int64_t d = 0; d < D; d++) acc[d] += w * load(&a->v, b, j, hk, d);",
-                        "for (int64_t d = 0; d < D; d++) acc[d] += w * load(&v_, b, j, hk, d);"),
-                       ("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
-                        "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n  sdpa_tensor v_ = "
-                        "a->v;\n  if (a->v.dtype == SDPA_BF16) memcpy(v_.stride, a->k.stride, "
-                        "sizeof v_.stride);")],
-                      "layout-", {"layout-h8gqa4-q1-kv200-d64-bf16-vdmajor"}),
-    "static_bf16": ([("float *p = malloc((size_t)(kv > 0 ? kv : 1) * sizeof(float));",
-                      "static float p_[1 << 16];\n  const int st_ = a->k.dtype == SDPA_BF16 && "
-                      "kv <= (1 << 16);\n  float *p = st_ ? p_ : "
-                      "malloc((size_t)(kv > 0 ? kv : 1) * sizeof(float));"),
-                     ("free(p);", "if (!st_) free(p);")],
-                    "threads-", {"threads-h8gqa4-q1-kv1030-d64-bf16-c2"}),
+    "vstrides_bf16": _v_with_k_strides("bf16"),
+    "static_bf16": _static_scratch("bf16"),
     "kv0_i8": ([("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
                  "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n  if (a->k.dtype == "
                  "SDPA_I8) { volatile float s0_ = a->k.scale[0]; (void)s0_; }")],
