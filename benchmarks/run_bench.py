@@ -118,8 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                     progress=lambda m: print(m, file=sys.stderr, flush=True))
     doc["measured_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
         timespec="seconds")
-    targets = bench.check_targets(doc)
-    doc["targets"] = targets
+    targets = bench.check_targets(doc)  # every target, the ones not measured as such
     command = ("probe bench --vs " + args.vs + f" --shape {args.shape} --rounds {args.rounds}"
                + (" --cold" if args.cold else "") + " --json PATH")
     out = Path(args.out)

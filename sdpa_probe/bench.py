@@ -932,7 +932,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
     if noisy:
         notes.append(f"noisy (IQR over {NOISY_IQR:.0%} of the median; more --rounds or a "
                      f"quieter machine): {', '.join(noisy)}")
-    return {
+    doc = {
         "schema": SCHEMA,
         "mode": "cold" if cold else "warm",
         "threads": threads,
@@ -955,6 +955,9 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                     if not any(r["kernel"] == k.name for r in results)],
         "results": results,
     }
+    # the kernel-speed targets this run measured (none for a user's kernel or other shapes)
+    doc["targets"] = [t for t in check_targets(doc) if t["met"] is not None]
+    return doc
 
 
 def _count_allocs(results: list[dict], spec_of: dict, threads: int) -> str | None:

@@ -383,3 +383,21 @@ def test_cross_dtype_targets_use_the_ratio_measured_in_the_same_rounds():
     i8 = got["quant_int8 decode kv8192 vs flash f32"]
     assert i8["value"] == 2.0  # falls back to the medians of the two runs
     assert got["quant_int8 decode kv8192 vs flash f32 (16, 16, 128)"]["met"] is None
+
+
+def test_cli_reports_the_targets_it_measured(tmp_path):
+    """The JSON's "targets": the kernel-speed targets of the shapes this run timed,
+    printed as a last table; none (and no table) for shapes no target names."""
+    out = tmp_path / "b.json"
+    base = ["bench", "--vs", "torch", "--rounds", "1", "--min-time", "0", "--no-allocs",
+            "--json", str(out)]
+    res = CliRunner().invoke(app, [*base, "--shape", "decode-h32kv8d64-kv512-f32"])
+    assert res.exit_code == 0, res.output
+    (t,) = json.loads(out.read_text())["targets"]
+    assert t["target"] == "flash f32 decode kv512 vs torch" and t["goal"] == 1.0
+    assert t["unit"] == "x" and t["met"] == (t["value"] >= 1.0)
+    assert "kernel-speed targets measured in this run (warm" in res.output
+    res = CliRunner().invoke(app, [*base, "--shape", "decode-h32kv8d64-kv1024-f32"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["targets"] == []
+    assert "kernel-speed targets" not in res.output

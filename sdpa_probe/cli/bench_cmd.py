@@ -97,6 +97,22 @@ def _allocs_table(doc: dict) -> Table | None:
     return t
 
 
+def _targets_table(doc: dict) -> Table:
+    """The kernel-speed targets this run measured: figure, goal, met (docs/performance.md)."""
+    t = Table(title=f"kernel-speed targets measured in this run ({doc['mode']}; goals in "
+                    "docs/performance.md)", title_justify="left")
+    t.add_column("target", style="bold")
+    t.add_column("measured", justify="right")
+    t.add_column("goal", justify="right")
+    t.add_column("met", justify="center")
+    for g in doc["targets"]:
+        pct = g["unit"] == "fraction"
+        t.add_row(g["target"], f"{g['value']:.0%}" if pct else f"{g['value']:.2f}x",
+                  f"{g['goal']:.0%}" if pct else f"{g['goal']:g}x",
+                  "yes" if g["met"] else "[red]no[/]")
+    return t
+
+
 @command("bench")
 def bench_command(
     kernel: str = typer.Option(
@@ -197,6 +213,8 @@ def bench_command(
         at = _allocs_table(doc)
         if at is not None:
             out.print(at)
+        if doc["targets"]:
+            out.print(_targets_table(doc))
     # nothing measured for a kernel asked for by name (with no crash, each one declined)
     if doc["untimed"] and not doc["crashed"]:
         typer.echo(f"error: {', '.join(doc['untimed'])} took none of the shapes asked for (it "
