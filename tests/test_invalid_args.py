@@ -61,6 +61,25 @@ def test_a_kernel_without_validation_fails_or_crashes_on_every_invalid_call(tmp_
     assert by["zero-kv-heads"]["status"] == "crash" and "SIGFPE" in by["zero-kv-heads"]["reason"]
 
 
+def test_a_kernel_that_checks_every_tensor_but_v_is_caught_on_v(tmp_path):
+    """A kernel's own check that looks at Q, K and the output but takes V for granted
+    (here: the shared check run with K standing in for V) passes every other invalid
+    call and dies on a NULL V and an int8 V without its scales."""
+    src = SRC.replace(VALIDATE, "sdpa_args c_ = *a;\n  c_.v = c_.k; /* V never looked at */\n"
+                                "  int st = sdpa_validate_args(&c_);")
+    path = tmp_path / "no_v_check.c"
+    path.write_text(src)
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(app, ["check", "--kernel", str(path), "-k", "-invalid-",
+                                   "--json", str(out)])
+    assert res.exit_code == 1, res.output
+    by = {r["case"].rsplit("-invalid-", 1)[1]: r for r in json.loads(out.read_text())["records"]}
+    assert {n for n, r in by.items() if r["status"] != "pass"} == {"null-v",
+                                                                   "int8-v-without-scale"}
+    assert all(by[n]["status"] == "crash" and "SIGSEGV" in by[n]["reason"]
+               for n in ("null-v", "int8-v-without-scale")), by
+
+
 def test_the_example_and_torch_on_invalid_calls(tmp_path):
     example = NativeBackend("user", load_user_kernel(EXAMPLE_KERNEL))
     for case in ARGS:
