@@ -464,15 +464,27 @@ def _last_words(log: str) -> str:
 
 
 def signal_name(code: int | None) -> str:
-    """How a child process ended, from its exit code: 'SIGSEGV', 'exit code 3'."""
+    """How a child process ended, from its exit code: 'SIGSEGV', 'exit code 3'; a
+    SIGILL with what usually raises it."""
     if code is None:
         return "unknown"
     if code < 0:
         try:
-            return signal.Signals(-code).name
+            name = signal.Signals(-code).name
         except ValueError:
             return f"signal {-code}"
+        return name + SIGNAL_NOTES.get(name, "")
     return f"exit code {code}"
+
+
+# What a signal's name does not say. Linux answers an AMX tile instruction with SIGILL
+# until the process has asked for the tile data state (measured here: tilezero after
+# ldtilecfg, without the arch_prctl, dies so).
+SIGNAL_NOTES = {
+    "SIGILL": (" (an instruction this CPU or OS does not allow: code built for another "
+               "-march, a trap such as __builtin_trap(), or AMX tiles used before "
+               "arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA))"),
+}
 
 
 @dataclasses.dataclass

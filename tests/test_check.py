@@ -1225,3 +1225,16 @@ def test_torch_runs_int8_cases_on_the_dequantised_values(tmp_path):
     assert len(int8) >= 30 and all(r["status"] == "pass" for r in int8), \
         [(r["case"], r["status"], r["reason"]) for r in int8 if r["status"] != "pass"]
     assert any("-qf32" in r["case"] for r in int8) and any("-sym" in r["case"] for r in int8)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
+                    reason="__builtin_trap is ud2 (SIGILL) on x86")
+def test_a_sigill_says_what_raises_one(tmp_path):
+    """A worker killed by SIGILL: the record names the usual causes, among them AMX
+    tiles used before the process asked Linux for their state."""
+    src = ('#include "sdpa_probe.h"\n'
+           "int sdpa_forward(const sdpa_args *a) { (void)a; __builtin_trap(); }\n")
+    (rec,) = _cli_records(tmp_path, "trap.c", src, "gqa-h8gqa4-q1-kv129").values()
+    assert rec["status"] == "crash", rec
+    assert "SIGILL (an instruction this CPU or OS does not allow" in rec["reason"], rec
+    assert "arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)" in rec["reason"], rec
