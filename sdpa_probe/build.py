@@ -25,6 +25,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from . import __version__
@@ -157,19 +158,24 @@ class BuildResult:
         return d
 
 
-def _key(spec: BuildSpec, cc: list[str], cc_version: str, flags: list[str],
-         cxx: tuple[list[str], str] = ([], "")) -> str:
+def _digest(parts: Iterable[str], files: Iterable[Path] = ()) -> str:
+    """A cache key: the parts, each ended by a NUL, then each file's name and bytes."""
     h = hashlib.sha256()
-    for part in (spec.stem, spec.cdef, spec.source, " ".join(cc), cc_version,
-                 " ".join(cxx[0]), cxx[1],
-                 " ".join(OBJECT_FLAGS + flags),
-                 cpu_model(), __version__, sys.version, " ".join(spec.extra_link)):
+    for part in parts:
         h.update(part.encode())
         h.update(b"\0")
-    for path in sorted(set(spec.sources) | set(spec.headers)):
+    for path in files:
         h.update(str(path.name).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
+
+
+def _key(spec: BuildSpec, cc: list[str], cc_version: str, flags: list[str],
+         cxx: tuple[list[str], str] = ([], "")) -> str:
+    return _digest((spec.stem, spec.cdef, spec.source, " ".join(cc), cc_version,
+                    " ".join(cxx[0]), cxx[1], " ".join(OBJECT_FLAGS + flags),
+                    cpu_model(), __version__, sys.version, " ".join(spec.extra_link)),
+                   sorted(set(spec.sources) | set(spec.headers)))
 
 
 @contextlib.contextmanager
@@ -347,13 +353,10 @@ def build_preload(source: Path, cc: str | None = None) -> Path:
     source: no cffi module, nothing Python loads; keyed like the modules."""
     cc_cmd = compiler_command(cc)
     flags = ["-std=c11", "-O2", "-Wall", "-fPIC", "-shared"]
-    h = hashlib.sha256(source.read_bytes())
-    for part in (source.name, " ".join(cc_cmd), compiler_version(cc_cmd), " ".join(flags),
-                 __version__):
-        h.update(b"\0")
-        h.update(part.encode())
+    key = _digest((" ".join(cc_cmd), compiler_version(cc_cmd), " ".join(flags), __version__),
+                  [source])
     root = _usable_cache_root()
-    dest = root / f"_preload_{source.stem}_{h.hexdigest()[:16]}.so"
+    dest = root / f"_preload_{source.stem}_{key}.so"
     with file_lock(root / (dest.stem + ".lock")):
         if dest.exists():
             return dest
