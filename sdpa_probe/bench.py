@@ -46,7 +46,8 @@ PREFILL_LEN = 512
 PEERS = ("torch", "executorch")
 DEFAULT_KERNEL = {"f32": "flash", "f16": "flash", "bf16": "flash", "i8": "quant_int8"}
 COLD_FACTOR = 4          # cold inputs span at least this many last-level caches
-COLD_MAX_SETS = 64
+COLD_MAX_SETS = 4096     # input sets a party rotates through, at most
+COLD_MEM_SHARE = 8       # one party's rotation takes at most 1/this of the free memory
 SLOW_CALL_S = 1.0        # a party slower than this per call gets MIN_ROUNDS samples
 MIN_ROUNDS = 3
 
@@ -248,10 +249,25 @@ def make_inputs(shape: Shape, n_sets: int = 1, seed: int = 0) -> list[Inputs]:
     return sets
 
 
-def cold_sets(shape: Shape, llc_bytes: int | None) -> int:
-    """How many input copies make the rotation span COLD_FACTOR last-level caches."""
+def cold_sets(shape: Shape, llc_bytes: int | None, avail_bytes: int | None = None) -> int:
+    """How many input copies make the rotation span COLD_FACTOR last-level caches: a
+    byte budget, not a count, so that a small shape is as cold as a large one (a cap
+    of 64 sets had left kv 512 rotating through 130 MB of a 300 MiB L3), short of
+    that only where the free memory (avail_bytes) cannot hold it."""
     llc = llc_bytes or 32 << 20
-    return max(2, min(COLD_MAX_SETS, math.ceil(COLD_FACTOR * llc / max(1, shape.bytes)) + 1))
+    per = max(1, shape.bytes)
+    cap = COLD_MAX_SETS
+    if avail_bytes:
+        cap = min(cap, avail_bytes // COLD_MEM_SHARE // per)
+    return max(2, min(cap, math.ceil(COLD_FACTOR * llc / per) + 1))
+
+
+def rotation_note(shape: Shape, n_sets: int, llc_bytes: int | None) -> str | None:
+    """What to say when a cold rotation spans fewer than COLD_FACTOR last-level caches."""
+    if not llc_bytes or n_sets * shape.bytes >= COLD_FACTOR * llc_bytes:
+        return None
+    return (f"{shape.name}: the cold inputs span {n_sets * shape.bytes / llc_bytes:.1f}x the "
+            f"last-level cache, not {COLD_FACTOR}x (free memory): some reads may hit it")
 
 
 # ---- parties ---------------------------------------------------------------------
@@ -358,7 +374,8 @@ _TORCH_DT = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
 
 def torch_party(shape: Shape, sets: list[Inputs]) -> Party:
     """torch.nn.functional.scaled_dot_product_attention on contiguous [B, H, L, D]
-    tensors in the shape's dtype (float32 on the dequantised values for int8)."""
+    tensors in the shape's dtype (float32 on the dequantised values for int8), a
+    copy per input set."""
     import torch
     import torch.nn.functional as F
 
@@ -373,7 +390,9 @@ def torch_party(shape: Shape, sets: list[Inputs]) -> Party:
         is_causal = False
     fns = []
     for s in sets:
-        q, k, v = (torch.from_numpy(x).to(dt).permute(0, 2, 1, 3).contiguous()
+        # (copy=True: a decode q [B, 1, H, D] permuted is contiguous already, and
+        # would otherwise be the sets' one shared array)
+        q, k, v = (torch.from_numpy(x).to(dt, copy=True).permute(0, 2, 1, 3).contiguous()
                    for x in (s.q32, s.k32, s.v32))
 
         def call(q=q, k=k, v=v):
@@ -395,6 +414,25 @@ def executorch_unsupported(shape: Shape) -> str | None:
     return None
 
 
+def executorch_inputs(shape: Shape, s: Inputs) -> tuple:
+    """One input set as the ExecuTorch op's tensors: (q, k, v) for float shapes,
+    (q, k, v, qz, qs, kz, ks, vz, vs) for int8; each set's own memory, so that a
+    cold rotation reads what it says."""
+    import torch
+
+    if shape.dtype == "i8":
+        def parts(x: native.QuantTensor):
+            return (torch.from_numpy(x.data), torch.from_numpy(x.zero_point)[..., None],
+                    torch.from_numpy(x.scale)[..., None])
+
+        (q, qz, qs), (k, kz, ks), (v, vz, vs) = (parts(x) for x in (s.q, s.k, s.v))
+        return q, k, v, qz, qs, kz, ks, vz, vs
+    # a copy: the sets share their float32 values, and .to(float32) of them is none
+    # (every cold F32 call had read the one same buffer)
+    dt = getattr(torch, _TORCH_DT[shape.dtype])
+    return tuple(torch.from_numpy(x).to(dt, copy=True) for x in (s.q32, s.k32, s.v32))
+
+
 def executorch_party(shape: Shape, sets: list[Inputs]) -> Party:
     """llama.custom_sdpa (float) / llama.custom_quantized_sdpa (int8 per token) on
     [B, S, H, D]; start_pos makes the op read keys [0, kv_len)."""
@@ -406,24 +444,16 @@ def executorch_party(shape: Shape, sets: list[Inputs]) -> Party:
     start_pos = shape.kv_len - shape.q_len
     fns = []
     for s in sets:
+        t = executorch_inputs(shape, s)
         if shape.dtype == "i8":
-            def parts(x: native.QuantTensor):
-                return (torch.from_numpy(x.data), torch.from_numpy(x.zero_point)[..., None],
-                        torch.from_numpy(x.scale)[..., None])
-
-            (q, qz, qs), (k, kz, ks), (v, vz, vs) = (parts(x) for x in (s.q, s.k, s.v))
-
-            def call(q=q, k=k, v=v, qz=qz, qs=qs, kz=kz, ks=ks, vz=vz, vs=vs):
+            def call(t=t):
+                q, k, v, qz, qs, kz, ks, vz, vs = t
                 return torch.ops.llama.custom_quantized_sdpa(
                     q, k, v, start_pos, None, 0.0, shape.causal, None, qz, qs, kz, ks, vz, vs,
                     False)
         else:
-            dt = getattr(torch, _TORCH_DT[shape.dtype])
-            q, k, v = (torch.from_numpy(x).to(dt).contiguous() for x in (s.q32, s.k32, s.v32))
-
-            def call(q=q, k=k, v=v):
-                return torch.ops.llama.custom_sdpa(q, k, v, start_pos, None, 0.0, shape.causal,
-                                                   None)
+            def call(t=t):
+                return torch.ops.llama.custom_sdpa(*t, start_pos, None, 0.0, shape.causal, None)
         fns.append(call)
     return _PyParty("executorch", fns, quiet=True)
 
@@ -787,6 +817,8 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
     l2 = _l2_bytes_for(threads)
     from . import machine
 
+    avail = machine.mem_available()
+
     monitor = machine.LoadMonitor()  # others' CPU use and the hypervisor's steal, for a note
     saved_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -799,9 +831,13 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
             if not ks:
                 notes.append(f"{shape.name}: no selected kernel takes {shape.dtype}")
                 continue
-            n_sets = cold_sets(shape, llc) if cold else 1
+            n_sets = cold_sets(shape, llc, avail) if cold else 1
             say(f"{shape.name}: {', '.join([k.name for k in ks] + peers)}"
-                + (f" ({n_sets} input sets)" if cold else ""))
+                + (f" ({n_sets} input sets, {n_sets * shape.bytes / 2**20:,.0f} MiB)"
+                   if cold else ""))
+            short = rotation_note(shape, n_sets, llc) if cold else None
+            if short:
+                notes.append(short)
             try:
                 sets = make_inputs(shape, n_sets)
             except MemoryError as exc:
@@ -822,7 +858,11 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                 continue
             # F16 / BF16 / int8: `flash` on the same shape in F32, timed in the same rounds, so
             # "how much faster than F32" is a side-by-side ratio like the peers' ones
-            ref = f32_reference(shape, threads, n_sets)
+            # F32 inputs (the reference; torch's for int8) rotate through as many sets as
+            # their own bytes need
+            f32_sets = (cold_sets(dataclasses.replace(shape, dtype="f32"), llc, avail)
+                        if cold else 1)
+            ref = f32_reference(shape, threads, f32_sets)
             if ref is not None:
                 parties.append(ref)
             # decode: each kernel also at two L2-resident context lengths, for its limit
@@ -858,7 +898,8 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                         else:
                             parties.append(party)
                 elif p == "torch":
-                    parties.append(torch_party(shape, sets))
+                    parties.append(torch_party(shape, sets[:f32_sets] if shape.dtype == "i8"
+                                               else sets))
                 else:
                     why = executorch_unsupported(shape)
                     if why:
@@ -891,6 +932,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                     "noisy": is_noisy(st),
                     "min_us": round(st["min_us"], 2), "samples": st["samples"],
                     "bytes": shape.bytes, "kv_bytes": shape.kv_bytes, "flops": shape.flops,
+                    "input_sets": n_sets,  # cold: the copies rotated through (warm: 1)
                     **_figures(shape, st, roof, threads),
                     **_same_run_figures(shape, st, same_bw),
                     **_same_run_fma(same_fma, roof, threads),

@@ -178,6 +178,11 @@ def _meminfo(key: str) -> int | None:
     return None
 
 
+def mem_available() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (None: unknown)."""
+    return _meminfo("MemAvailable")
+
+
 def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
@@ -228,7 +233,7 @@ def plan() -> dict:
     caches = cache_sizes()
     l3 = caches["l3_bytes"] or 0
     dram = max(DRAM_MIN_BYTES, 4 * l3)
-    avail = _meminfo("MemAvailable")
+    avail = mem_available()
     if avail:
         dram = min(dram, max(32 * MiB, avail // 4))
     dram = min(dram, DRAM_MAX_BYTES)

@@ -201,6 +201,34 @@ def test_cli_json_to_stdout_and_cold_mode():
     assert "torch" in r["ratio"]
 
 
+def test_a_cold_rotation_spans_the_llc_for_small_shapes_too():
+    llc = 300 << 20  # the Xeon's L3: a cap of 64 sets had left kv 512 rotating in it
+    for name in ("decode-h32kv8d64-kv512-f32", "decode-h32kv8d64-kv8192-i8",
+                 "decode-h32kv8d64-kv8192-f32"):
+        s = bench.PRESETS[name]
+        n = bench.cold_sets(s, llc)
+        assert n * s.bytes >= bench.COLD_FACTOR * llc, name
+        assert bench.rotation_note(s, n, llc) is None
+    s = bench.PRESETS["decode-h32kv8d64-kv8192-i8"]
+    n = bench.cold_sets(s, llc, avail_bytes=2 << 30)  # short of memory: fewer, and said
+    assert 2 <= n and n * s.bytes <= (2 << 30) // bench.COLD_MEM_SHARE
+    note = bench.rotation_note(s, n, llc)
+    assert note and s.name in note and f"not {bench.COLD_FACTOR}x" in note
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "i8"])
+def test_every_input_set_is_its_own_memory_for_the_peers(dtype):
+    """A cold rotation reads a new buffer each call, torch's and ExecuTorch's too (F32
+    sets had handed ExecuTorch the one float32 array they share)."""
+    shape = bench.parse_shape(f"decode-h8kv2d64-kv300-{dtype}")
+    sets = bench.make_inputs(shape, n_sets=3)
+    torch_sets = [f.__defaults__ for f in bench.torch_party(shape, sets)._fns]
+    et_sets = [bench.executorch_inputs(shape, s) for s in sets]  # (kept alive while compared)
+    for tensors in (torch_sets, et_sets):
+        ptrs = [t.data_ptr() for qkv in tensors for t in qkv[:3]]
+        assert len(set(ptrs)) == len(ptrs) == 9
+
+
 def test_cli_refuses_unknown_peer_and_shape():
     runner = CliRunner()
     res = runner.invoke(app, ["bench", "--shape", "decode-h4kv2d64-kv64-f32", "--vs", "tvm"])

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import native
 from ..errors import KernelError, ProbeError, SdpaUnsupported
+from ..machine import mem_available
 from . import builds, decode, graph, stats
 from .models import ModelShape
 
@@ -143,17 +144,6 @@ class Run:
 
     def records(self) -> np.ndarray:
         return np.stack(self.rec) if self.rec else np.zeros((0, len(self.ops), 4), np.int64)
-
-
-def mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def _gib(n: float) -> str:
