@@ -429,3 +429,35 @@ def test_cli_reports_the_targets_it_measured(tmp_path):
     assert res.exit_code == 0, res.output
     assert json.loads(out.read_text())["targets"] == []
     assert "kernel-speed targets" not in res.output
+
+
+@pytest.mark.parametrize("command", ["bench", "profile", "run", "repro"])
+def test_a_kernel_that_prints_leaves_the_json_on_stdout_whole(tmp_path, command):
+    """A user kernel's printf (here without a newline, so it sits in the C buffer) goes
+    to stderr: with --json - stdout is one JSON document."""
+    import subprocess
+    import sys
+
+    from conftest import EXAMPLE_KERNEL
+
+    src = EXAMPLE_KERNEL.read_text().replace("#include <math.h>",
+                                             "#include <math.h>\n#include <stdio.h>", 1)
+    entry = "int sdpa_forward(const sdpa_args *a) {"
+    assert src.count(entry) == 1
+    chatty = tmp_path / "chatty.c"
+    chatty.write_text(src.replace(entry, entry + '\n  printf("chatty kernel");'))
+    args = {"bench": ["bench", "-k", str(chatty), "-s", "decode-h4kv2d64-kv256-f32", "--vs",
+                      "flash", "--rounds", "2", "--min-time", "0.001", "--no-allocs"],
+            "profile": ["profile", "-m", "smollm2-135m", "--layers", "1", "--kernel",
+                        str(chatty), "-c", "32", "-n", "2", "--warmup", "1", "--json", "-"],
+            "run": ["run", "--kernel", str(chatty), "--heads", "4", "--kv-heads", "2",
+                    "--kv-len", "64", "--json"],
+            "repro": ["check", "--kernel", str(chatty), "--repro",
+                      "decode-h8gqa4-q1-kv129-d64-f32", "--json", "-"]}[command]
+    if command == "bench":
+        args += ["--json", "-"]
+    r = subprocess.run([sys.executable, "-c", "from sdpa_probe.cli import main; main()",
+                        *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    json.loads(r.stdout)
+    assert "chatty kernel" in r.stderr and "chatty kernel" not in r.stdout

@@ -432,6 +432,24 @@ def test_repro_shows_map_and_saves(tmp_path):
     assert res.exit_code == 2 and "--force" in res.output
 
 
+def test_repro_json_carries_the_verdict_the_worst_element_and_the_map(tmp_path):
+    bad = _write_variant(tmp_path, "rowbug", "")
+    bad.write_text(bad.read_text().replace("if (mx != -INFINITY) {", "{"))
+    case_id = "masked-rows-h4gqa2-q5-kv140-d64-f32-rowsmiddle"
+    res = runner.invoke(app, ["check", "--kernel", str(bad), "-b", "flash", "--repro", case_id,
+                              "--json", "-"])
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "sdpa_probe.repro/1" and doc["case"] == case_id
+    status = {r["backend"]: r["status"] for r in doc["records"]}
+    user = f"user:{bad}"
+    assert status == {"flash": "pass", user: "fail"}
+    emap = doc["detail"][user]["error_map"]  # query rows x heads, null = NaN output
+    assert len(emap) == 5 and all(len(row) == 4 for row in emap)
+    assert emap[2] == [None] * 4 and all(v is not None for v in emap[0])
+    assert doc["detail"]["flash"]["max_abs_err"] <= doc["detail"]["flash"]["atol"]
+
+
 def test_prebuilt_shared_library_kernel(tmp_path):
     """--kernel also takes a .so exporting sdpa_forward (linked through an API-mode shim)."""
     import subprocess

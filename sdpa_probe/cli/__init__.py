@@ -8,6 +8,7 @@ import sys
 import typer
 
 from ..errors import ProbeError
+from .output import native_stdout_to_stderr
 
 
 def typer_app(name: str, help: str) -> typer.Typer:
@@ -66,7 +67,8 @@ def main() -> None:
     command) is one line on stderr and exit 2, as the commands' own errors are, not the
     framework's boxed message."""
     try:
-        rv = app(standalone_mode=False)
+        with native_stdout_to_stderr():
+            rv = app(standalone_mode=False)
     except Exception as exc:  # click's errors, duck-typed: typer vendors click privately
         show, code = getattr(exc, "format_message", None), getattr(exc, "exit_code", None)
         if show is None or code is None:

@@ -275,7 +275,7 @@ def check_command(
         from .repro import run_repro
 
         raise typer.Exit(run_repro(out, repro, names, save, force, timeout, seed, setup,
-                                   after=after or []))
+                                   after=after or [], json_path=json_path))
     if suite_name in EXTRA_SUITES:
         cases: list[Case] = []
     else:

@@ -3,6 +3,8 @@ switches the data side to a single JSON document."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
@@ -67,6 +69,51 @@ class Output:
     def write_json(path: str, obj: Any) -> None:
         """Write a JSON document to a path, or to stdout for '-'."""
         write_text(path, dumps(obj) + "\n")
+
+
+_libc = None
+
+
+def _flush_c_stdio() -> None:
+    """fflush(NULL): a kernel's printf still in the C library's buffer written out."""
+    global _libc
+    if _libc is None:
+        import cffi
+
+        ffi = cffi.FFI()
+        ffi.cdef("int fflush(void *stream);")
+        _libc = (ffi, ffi.dlopen(None))
+    ffi, libc = _libc
+    libc.fflush(ffi.NULL)
+
+
+@contextlib.contextmanager
+def native_stdout_to_stderr():
+    """What native code writes to file descriptor 1 (a user kernel's debug printf, a
+    library's chatter) goes to stderr while a command runs: stdout is the command's
+    data, with --json - one JSON document, which a stray line would break. Python's
+    sys.stdout keeps the real stdout through a duplicate."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        fd = -1  # (not a file: a test's captured stdout)
+    if fd != 1:
+        yield
+        return
+    old = sys.stdout
+    old.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = io.TextIOWrapper(io.FileIO(saved, "w", closefd=False), encoding=old.encoding,
+                                  errors=old.errors, line_buffering=True)
+    try:
+        yield
+    finally:
+        _flush_c_stdio()  # (to stderr: a printf without a newline is still buffered)
+        sys.stdout.flush()
+        sys.stdout = old
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def human_bytes(n: float | None) -> str:

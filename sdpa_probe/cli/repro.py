@@ -20,6 +20,8 @@ from ..report import FAILING, save_repro
 from ..verdict import error_map
 from .output import Output
 
+REPRO_SCHEMA = "sdpa_probe.repro/1"
+
 # error relative to the case's tolerance, darkest = beyond it
 SHADES = [(0.01, " "), (0.1, "·"), (0.5, "░"), (1.0, "▒"), (10.0, "▓"), (math.inf, "█")]
 
@@ -62,20 +64,29 @@ def render_map(emap: np.ndarray, atol: float, max_rows: int = 48) -> Text:
 
 def run_repro(out: Output, case_id: str, names: list[str], save: Path | None, force: bool,
               timeout: float, seed: int, setup: dict | None = None,
-              after: list[str] = ()) -> int:
+              after: list[str] = (), json_path: str | None = None) -> int:
     """The case in a worker (started with `setup`, as check's are), then in this process
     for its error map; 1 if a backend failed it. The `after` cases run first, on the same
-    backends in the same process each time (their verdicts are not this repro's)."""
+    backends in the same process each time (their verdicts are not this repro's). With
+    json_path, the same as one JSON document (REPRO_SCHEMA)."""
     setup = setup or {}
     saved, harness.LEAK_CHECK = harness.LEAK_CHECK, setup.get("leak_check", True)
+    doc: dict = {"schema": REPRO_SCHEMA}
     try:
-        return _run_repro(out, case_id, names, save, force, timeout, seed, setup, after)
+        code = _run_repro(out, case_id, names, save, force, timeout, seed, setup, after, doc)
     finally:
         harness.LEAK_CHECK = saved
+    if json_path:
+        out.write_json(json_path, doc)
+    return code
+
+
+def _public(rec: dict) -> dict:
+    return {k: v for k, v in rec.items() if not k.startswith("_")}
 
 
 def _run_repro(out: Output, case_id: str, names: list[str], save: Path | None, force: bool,
-               timeout: float, seed: int, setup: dict, after: list[str]) -> int:
+               timeout: float, seed: int, setup: dict, after: list[str], doc: dict) -> int:
     case, first = find_case(case_id), [find_case(c) for c in after]
     if seed:
         case = dataclasses.replace(case, seed=case.seed + seed)
@@ -92,11 +103,14 @@ def _run_repro(out: Output, case_id: str, names: list[str], save: Path | None, f
     n_first = len(records) - len(names)  # (one record per backend and case, in order)
     for rec in records[:n_first]:
         out.print(f"ran first: {rec['backend']} on {rec['case']}: {rec['status']}")
+    doc.update(case=case.id, params=case.params(),
+               ran_first=[_public(r) for r in records[:n_first]], records=[], detail={})
     records = records[n_first:]
     prep = prepare_case(case)
     atol, rtol = tolerance(case)
     code = 0
     for rec in records:
+        doc["records"].append(_public(rec))
         st = rec["status"]
         out.print(f"[bold]{rec['backend']}[/] on [bold]{case.id}[/]: {st}"
                   + (f" - {rec['reason']}" if rec["reason"] else ""))
@@ -121,8 +135,20 @@ def _run_repro(out: Output, case_id: str, names: list[str], save: Path | None, f
             t.add_row("worst element", f"b={b} q={i} h={h} d={d}: out {vals[b, i, h, d]:.6g}, "
                                        f"ref {ref[b, i, h, d]:.6g}")
         out.print(t)
-        out.print(render_map(error_map(vals, ref), full["atol"] or atol))
+        emap = error_map(vals, ref)
+        out.print(render_map(emap, full["atol"] or atol))
+        worst = None
+        if full["worst"] is not None:
+            b, i, h, d = (int(x) for x in full["worst"])
+            worst = {"b": b, "q": i, "h": h, "d": d, "out": float(vals[b, i, h, d]),
+                     "ref": float(ref[b, i, h, d])}
+        # (the map: max |error| per query row and head; null for NaN / Inf output)
+        doc["detail"][rec["backend"]] = {
+            "max_abs_err": full["max_abs_err"], "max_rel_err": full["max_rel_err"],
+            "nmse": full["nmse"], "atol": full["atol"], "rtol": rtol, "worst": worst,
+            "error_map": [[float(v) if np.isfinite(v) else None for v in row] for row in emap]}
     if save is not None:
         paths = save_repro(save, case, prep.data, prep.ref, ",".join(names))
         out.print("saved: " + ", ".join(str(p) for p in paths))
+        doc["saved"] = [str(p) for p in paths]
     return code
