@@ -477,6 +477,14 @@ def signal_name(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def died_in_call(code: int | None) -> str:
+    """How a process died inside a kernel's call: a signal's name, or for an exit code
+    (which only exit() or _exit() gives there) that the kernel called one."""
+    if code is not None and code >= 0:
+        return f"exited (code {code}) inside the call: exit() in the kernel?"
+    return signal_name(code)
+
+
 # What a signal's name does not say. Linux answers an AMX tile instruction with SIGILL
 # until the process has asked for the tile data state (measured here: tilezero after
 # ldtilecfg, without the arch_prctl, dies so).
@@ -652,7 +660,7 @@ class WorkerPool:
             pass
         # the worker died
         s.proc.join(5)
-        why = signal_name(s.proc.exitcode)
+        why = died_in_call(s.proc.exitcode) if s.pending else signal_name(s.proc.exitcode)
         said = _last_words(s.log)
         if said:
             why += f"; it printed: {said}{explain_heap_abort(said)}"
@@ -690,6 +698,10 @@ class WorkerPool:
 
 # ---- one trial call of a user kernel, in a child process ------------------------------
 
+# what the trial child writes last: a kernel that calls exit() ends it without this
+TRIAL_DONE = b"sdpa_probe trial call returned"
+
+
 def _trial_child() -> None:
     """The child of trial_call: (BuildResult, shape fields, threads) pickled on stdin."""
     import pickle
@@ -707,7 +719,9 @@ def _trial_child() -> None:
                               start_pos=sh.start_pos, n_threads=threads)
         mod.lib.sdpa_forward(call.args)
     except Exception:  # not the trial's business: the caller's own first call reports it
-        sys.exit(3)
+        pass
+    sys.stdout.flush()
+    os.write(1, b"\n" + TRIAL_DONE)
 
 
 def child_env(**extra: str) -> dict:
@@ -736,7 +750,8 @@ def trial_call(result, shape: dict, threads: int = 0, timeout: float = 120.0) ->
                              timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return f"no return within {timeout:g} s"
-    if out.returncode >= 0:
-        return None
     said = [ln.strip() for ln in out.stderr.decode(errors="replace").splitlines() if ln.strip()]
-    return signal_name(out.returncode) + (f"; it printed: {said[-1][:240]}" if said else "")
+    tail = f"; it printed: {said[-1][:240]}" if said else ""
+    if out.returncode < 0 or not out.stdout.endswith(TRIAL_DONE):  # (ended inside the call)
+        return died_in_call(out.returncode) + tail
+    return None

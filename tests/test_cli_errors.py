@@ -221,6 +221,25 @@ def test_bench_survives_a_kernel_that_segfaults(segfault_kernel):
                for n in doc["notes"])
 
 
+@pytest.mark.parametrize("code", [0, 1])
+def test_bench_and_profile_survive_a_kernel_that_calls_exit(tmp_path, code):
+    # the trial child had counted an exit(0) in the kernel as a call it lived through,
+    # and the timing call then ended probe itself: exit 0, nothing printed
+    k = tmp_path / "quits.c"
+    k.write_text("#include <stdlib.h>\n#include \"sdpa_probe.h\"\n"
+                 f"int sdpa_forward(const sdpa_args *a) {{ (void)a; exit({code}); }}\n")
+    res = runner.invoke(app, ["bench", "--kernel", str(k), "--shape", SHAPE, "--vs", "",
+                              "--rounds", "1", "--min-time", "0", "--json", "-"])
+    assert res.exit_code == 1, res.output
+    doc = json.loads(res.stdout)
+    assert doc["crashed"] == [f"{SHAPE}: user:quits.c"]
+    assert any(f"exited (code {code}) inside the call" in n for n in doc["notes"])
+    _usage_error(PROFILE + ["--kernel", str(k)], f"exited (code {code}) inside the call")
+    res = runner.invoke(app, ["check", "--kernel", str(k), "--repro", CASE])
+    assert res.exit_code == 1 and "crash" in res.output
+    assert "exit() in the kernel?" in " ".join(res.output.split())
+
+
 def test_profile_refuses_a_kernel_that_segfaults(segfault_kernel):
     _usage_error(PROFILE + ["--kernel", str(segfault_kernel)],
                  "attention user (user:segv.c) crashed in a trial call: SIGSEGV; reproduce: "
