@@ -50,6 +50,8 @@ typedef struct sdpa_probe_alloc_record {
 void sdpa_probe_alloc_guard(int on);
 int64_t sdpa_probe_alloc_guard_records(sdpa_probe_alloc_record *out, int64_t max);
 int sdpa_probe_alloc_guard_test(int64_t bytes, int64_t write_from, int64_t write_to);
+int sdpa_probe_call_watched(sdpa_probe_forward_fn fn, int64_t kernel_index, const sdpa_args *a,
+                            const void *watch, void *copy, int64_t nbytes);
 int sdpa_probe_bench_loop(int64_t kernel_index, const sdpa_args *args, int64_t n_args,
                           int64_t iters, double *seconds_out);
 int sdpa_probe_bench_loop_fn(sdpa_probe_forward_fn fn, const sdpa_args *args, int64_t n_args,

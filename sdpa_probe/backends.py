@@ -54,7 +54,9 @@ class NativeBackend:
 
     def run(self, data: CaseData, out: OutBuffer, call=None) -> None:
         call = call or self.prepare(data, out)
-        status = self.kernel.forward_args(call.args)
+        # (the output copied as the call returns: verdict's written-after-return layer)
+        out.at_return = np.empty_like(out.arena)
+        status = self.kernel.forward_watched(call.args, out.arena, out.at_return)
         if status == 1:
             raise Unsupported("kernel returned SDPA_UNSUPPORTED")
         native.raise_for_status(status, self.name)

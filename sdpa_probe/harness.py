@@ -270,6 +270,13 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
     rec["seconds"] = time.perf_counter() - t0
     v = judge(case, prep.ref, out, prep.torch_err, inputs_written=guard.written(),
               fp_changed=fp_changed)
+    if v.status == "fail" and out.at_return is not None and "never written" in v.reason:
+        # unwritten output may be a thread of the kernel that writes later than the
+        # verdict looked: given the time, it shows itself
+        time.sleep(LATE_WRITE_WAIT)
+        if out.written_after_return()[0]:
+            v = judge(case, prep.ref, out, prep.torch_err, inputs_written=guard.written(),
+                      fp_changed=fp_changed)
     rec.update(v.as_dict())
     if (LEAK_CHECK and v.status == "pass" and before_call is None
             and rec["seconds"] < LEAK_PROBE_MAX_SECONDS):
@@ -284,6 +291,7 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
 # LEAK_PROBE_MAX_SECONDS are not repeated.
 LEAK_WARMUP, LEAK_CALLS, LEAK_PROBE_MAX_SECONDS = 2, 4, 0.5
 LEAK_CHECK = True  # probe check --no-leak-check turns it off
+LATE_WRITE_WAIT = 0.02  # seconds unwritten native output is watched for a late write
 
 
 def _heap_count_exact() -> bool:

@@ -395,6 +395,26 @@ class OutBuffer:
     arena: np.ndarray      # every element, guard regions included
     view: np.ndarray       # [B, Lq, H, D] as the kernel sees it
     inside: np.ndarray     # bool, arena elements that belong to the view
+    # the arena as the last native call left it, copied in C the moment it returned
+    at_return: np.ndarray | None = None
+
+    def written_after_return(self) -> tuple[int, tuple | None]:
+        """Elements of the arena changed since the call returned (a kernel's thread
+        still writing), and the first one's [b, q, h, d] (None: in a guard region)."""
+        if self.at_return is None:
+            return 0, None
+        bits_t = POISON[self.arena.dtype][0]
+        moved = self.arena.view(bits_t) != self.at_return.view(bits_t)
+        n = int(moved.sum())
+        if not n:
+            return 0, None
+        inside = moved & self.inside
+        if not inside.any():
+            return n, None
+        flat = int(np.argwhere(inside.reshape(-1))[0][0])
+        view_idx = np.argwhere(self.inside.reshape(-1)).reshape(-1)
+        k = int(np.searchsorted(view_idx, flat))
+        return n, tuple(int(x) for x in np.unravel_index(k, self.view.shape))
 
     @property
     def bits_dtype(self):

@@ -141,6 +141,19 @@ class Kernel:
             return int(self.lib.sdpa_forward(args))
         return int(self.lib.sdpa_probe_kernel_forward(self.info.index, args))
 
+    def forward_watched(self, args, watch: np.ndarray, copy: np.ndarray) -> int:
+        """forward_args, with watch's bytes copied into copy (in C) the moment the call
+        returns: a later difference is a write made after the call had returned."""
+        ffi, lib, _ = native_lib()
+        a = ffi.cast("const sdpa_args *", int(self.ffi.cast("uintptr_t",
+                                                            self.ffi.cast("sdpa_args *", args))))
+        fn, index = ffi.NULL, self.info.index
+        if self.user:
+            address = self.ffi.cast("uintptr_t", self.ffi.addressof(self.lib, "sdpa_forward"))
+            fn, index = ffi.cast("sdpa_probe_forward_fn", int(address)), -1
+        return int(lib.sdpa_probe_call_watched(fn, index, a, ffi.from_buffer(watch),
+                                               ffi.from_buffer(copy), watch.nbytes))
+
     def scratch_bytes(self, args) -> int:
         if self.user:
             return -1

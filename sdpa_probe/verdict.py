@@ -1,4 +1,6 @@
-"""Layered verdicts: NaN/Inf disagreement first, then poison (unwritten output)
+"""Layered verdicts: output written after the call had returned first (a kernel's
+thread still running: what the rest would judge is a moving target), then NaN/Inf
+disagreement, then poison (unwritten output)
 and guard (out-of-bounds write) violations, inputs written and a floating-point
 environment left changed, then error against tolerance. (Two more layers live in
 harness.py, where the calls are made: a passing call made again, the heap watched for
@@ -65,6 +67,15 @@ def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None =
     if torch_err is not None:
         atol = max(atol, TORCH_MULT * torch_err)
     common = dict(atol=atol, rtol=rtol, torch_err=torch_err, **figs)
+
+    # 0. the output changed after the call had returned (native calls: OutBuffer.at_return)
+    n_late, at = out.written_after_return()
+    if n_late:
+        where = f"first at {_where(at)}" if at else "in the guard region around the output"
+        return Verdict("fail", f"{n_late} output elements written after sdpa_forward had "
+                       f"returned ({where}): a thread of the kernel still running when the "
+                       "call returned (join or wait for every worker before returning)",
+                       **common)
 
     # 1. NaN / Inf where the reference is finite, or the reverse
     out_bad = ~np.isfinite(vals)

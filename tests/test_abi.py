@@ -237,3 +237,21 @@ def test_kernel_suffixes_are_named_in_the_error(tmp_path):
     other.write_text("")
     with pytest.raises(ProbeError, match=r"\.c, \.cpp or \.so"):
         native.user_kernel_spec(other)
+
+
+def test_call_watched_copies_the_output_as_the_call_returns_and_refuses_null():
+    ffi, lib, _ = native.native_lib()
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((1, 1, 4, 16), dtype=np.float32)
+    k = rng.standard_normal((1, 9, 2, 16), dtype=np.float32)
+    v = rng.standard_normal((1, 9, 2, 16), dtype=np.float32)
+    out = np.zeros_like(q)
+    copy = np.full_like(out, np.nan)
+    call = native.prepare(ffi, q, k, v, out)
+    flash = native.get_kernel("flash")
+    assert flash.forward_watched(call.args, out, copy) == 0
+    assert np.any(out != 0) and np.array_equal(copy, out)
+    buf = ffi.from_buffer(out)
+    assert lib.sdpa_probe_call_watched(ffi.NULL, flash.info.index, ffi.NULL, buf, buf, 4) == 2
+    assert lib.sdpa_probe_call_watched(ffi.NULL, flash.info.index, call.args, ffi.NULL, buf,
+                                       4) == 2

@@ -107,6 +107,69 @@ def test_verdict_poison_then_guard_then_error():
     assert judge(case, ref, _filled(case, ref)).status == "pass"
 
 
+def test_verdict_a_write_after_the_call_returned_comes_first():
+    case, ref = _case_and_ref()
+    buf = _filled(case, ref)
+    from sdpa_probe.inputs import POISON
+    bits_t, poison = POISON[buf.view.dtype]
+    buf.view.view(bits_t)[0, 1, 1, 3] = poison
+    buf.at_return = buf.arena.copy()                   # the call returned with poison there
+    assert "never written" in judge(case, ref, buf).reason
+    buf.view[0, 1, 1, 3] = ref[0, 1, 1, 3]              # ... and a thread wrote it since
+    v = judge(case, ref, buf)
+    assert v.status == "fail" and v.reason.startswith("1 output elements written after "
+                                                      "sdpa_forward had returned")
+    assert "q=1 h=1 d=3" in v.reason
+    buf = _filled(case, ref)
+    buf.at_return = buf.arena.copy()
+    buf.arena[-1] = 1.0                                 # late, and out of bounds
+    assert "in the guard region" in judge(case, ref, buf).reason
+    buf.at_return = buf.arena.copy()
+    assert judge(case, ref, buf).reason.startswith("out-of-bounds write")
+
+
+LATE_STORE = """
+#include <pthread.h>
+#include <time.h>
+static struct { sdpa_tensor t; int64_t b, i, h, d; float x; } late;
+static void *late_store(void *arg) {
+  (void)arg;
+  struct timespec ts = {0, DELAY_NS};
+  nanosleep(&ts, NULL);
+  store(&late.t, late.b, late.i, late.h, late.d, late.x);
+  return NULL;
+}
+"""
+
+
+@pytest.mark.parametrize("delay_ns", [0, 2_000_000])
+def test_a_kernel_whose_thread_stores_after_it_returned_is_caught(tmp_path, delay_ns):
+    """The last element stored by a detached thread: at once (a barrier released before
+    the last store) or 2 ms later. Before the output was copied as the call returned,
+    this read as 'never written' or, the store done by the time Python looked, a pass."""
+    last = "for (int64_t d = 0; d < D; d++) store(&a->out, b, i, h, d, acc[d]);"
+    src = SRC.replace("int sdpa_forward(", f"#define DELAY_NS {delay_ns}\n{LATE_STORE}\n"
+                      "int sdpa_forward(", 1)
+    assert src.count(last) == 1 and src.count("  free(acc);\n  return SDPA_OK;") == 1
+    src = src.replace(last, """for (int64_t d = 0; d < D; d++) {
+          if (b == a->batch - 1 && i == a->q_len - 1 && h == a->n_heads - 1 && d == D - 1) {
+            late.t = a->out; late.b = b; late.i = i; late.h = h; late.d = d; late.x = acc[d];
+          } else {
+            store(&a->out, b, i, h, d, acc[d]);
+          }
+        }""").replace("  free(acc);\n  return SDPA_OK;", """  free(acc);
+  pthread_t th;
+  if (pthread_create(&th, NULL, late_store, NULL) == 0) pthread_detach(th);
+  return SDPA_OK;""")
+    k = tmp_path / "late.c"
+    k.write_text(src)
+    res = runner.invoke(app, ["check", "--kernel", str(k), "--suite", "smoke", "--json", "-"])
+    assert res.exit_code == 1, res.output
+    recs = json.loads(res.stdout)["records"]
+    assert recs and all(r["status"] == "fail" and "written after sdpa_forward had returned"
+                        in r["reason"] for r in recs), [r["reason"] for r in recs]
+
+
 # ---- over-reads are caught through NaN slack ---------------------------------------------
 
 def test_inputs_carry_nan_slack_past_kv_len():

@@ -91,6 +91,12 @@ int64_t sdpa_probe_alloc_guard_records(sdpa_probe_alloc_record *out, int64_t max
  * the guard on; returns an sdpa_status. */
 int sdpa_probe_alloc_guard_test(int64_t bytes, int64_t write_from, int64_t write_to);
 
+/* fn(a) (or registered kernel kernel_index when fn is NULL), then nbytes of watch
+ * copied to copy at once: the output as it was when the call returned (call_watch.c).
+ * Returns the call's status; SDPA_INVALID for a NULL a or buffer. */
+int sdpa_probe_call_watched(sdpa_probe_forward_fn fn, int64_t kernel_index, const sdpa_args *a,
+                            const void *watch, void *copy, int64_t nbytes);
+
 /* Benchmark loop (`probe bench`): calls kernel `kernel_index` `iters` times, call i
  * with args[i % n_args] (several argument sets rotate through buffers larger than
  * the last-level cache), and stores each call's wall time in seconds_out[i] (may
