@@ -304,17 +304,29 @@ def _heap_count_exact() -> bool:
     return "tcache_count=0" in os.environ.get("GLIBC_TUNABLES", "")
 
 
-def heap_growth_per_call(backend, data, out) -> int | None:
-    """Bytes the process's heap grows by per call when it grows on every one of
-    LEAK_CALLS identical calls after the warm-up (a leak: a decode loop makes this call
-    per layer per token), else 0; None where the count would not be exact (glibc's
-    per-thread cache on: outside check's workers) or the C library does not count.
+def process_resources() -> tuple[int, int] | None:
+    """(address space in bytes, open file descriptors) of this process, from /proc;
+    None where it cannot be read."""
+    try:
+        with open("/proc/self/status") as fh:
+            vm = next(int(ln.split()[1]) * 1024 for ln in fh if ln.startswith("VmSize:"))
+        return vm, len(os.listdir("/proc/self/fd"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def growth_per_call(backend, data, out) -> dict:
+    """What the process gains per call when it gains on every one of LEAK_CALLS
+    identical calls after the warm-up (a leak: a decode loop makes this call per layer
+    per token), else 0, for `heap` (bytes in use: None where the count would not be
+    exact, glibc's per-thread cache on outside check's workers, or the C library does
+    not count), `address_space` (bytes mapped: a thread never joined keeps its stack,
+    a mapping never unmapped; None without /proc) and `fds` (open descriptors).
     (torch and ExecuTorch convert their inputs again each call; those tensors are freed
     before the heap is read, and over the default suite their heap holds steady.)"""
     from .native import heap_in_use
 
-    if heap_in_use() is None or not _heap_count_exact():
-        return None
+    heap_ok = heap_in_use() is not None and _heap_count_exact()
     if hasattr(backend, "prepare"):  # an ABI kernel: the same argument block every call
         call = backend.prepare(data, out)
         again = lambda: backend.run(data, out, call)  # noqa: E731
@@ -322,13 +334,25 @@ def heap_growth_per_call(backend, data, out) -> int | None:
         again = lambda: backend.run(data, out)  # noqa: E731
     for _ in range(LEAK_WARMUP):
         again()
-    seen = [heap_in_use()]
+
+    def read() -> tuple:
+        res = process_resources()
+        return (heap_in_use() if heap_ok else None, *(res or (None, None)))
+
+    seen = [read()]
     for _ in range(LEAK_CALLS):
         again()
-        seen.append(heap_in_use())
-    if all(b > a for a, b in zip(seen[:-1], seen[1:], strict=True)):
-        return (seen[-1] - seen[0]) // LEAK_CALLS
-    return 0
+        seen.append(read())
+    growth = {}
+    for i, name in enumerate(("heap", "address_space", "fds")):
+        series = [s[i] for s in seen]
+        if series[0] is None:
+            growth[name] = None
+        elif all(b > a for a, b in zip(series[:-1], series[1:], strict=True)):
+            growth[name] = (series[-1] - series[0]) // LEAK_CALLS
+        else:
+            growth[name] = 0
+    return growth
 
 
 def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None:
@@ -342,7 +366,7 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
 
     fp = fp_control()
     try:
-        grew = heap_growth_per_call(backend, prep.data, out)
+        grew = growth_per_call(backend, prep.data, out)
         out.repoison()
         backend.run(prep.data, out)
     except Exception as exc:  # a repeat of a call that passed: the kernel is not repeatable
@@ -351,11 +375,25 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
         return
     finally:  # (the first call's environment check stands; the cases after run in it)
         set_fp_control(fp)
-    rec["leak_bytes_per_call"] = grew
-    if grew:
+    rec["leak_bytes_per_call"] = grew["heap"]
+    each = f"on each of {LEAK_CALLS} repeats of the same call"
+    after = f"(after {LEAK_WARMUP} warm-up calls)"
+    if grew["fds"]:
         rec.update(status="fail", reason=(
-            f"leaks memory: the heap in use grew on each of {LEAK_CALLS} repeats of the same "
-            f"call, {grew:,} bytes a call (after {LEAK_WARMUP} warm-up calls)"))
+            f"leaks file descriptors: the open ones grew {each}, {grew['fds']} a call {after}"
+            f"; a process that decodes runs out of them"))
+        return
+    if grew["address_space"]:
+        rec.update(status="fail", reason=(
+            f"leaks address space: the process's mappings grew {each}, "
+            f"{grew['address_space']:,} bytes a call {after} (a thread created and never "
+            "joined keeps its stack mapped; a mapping never unmapped)"
+            + (f"; the heap in use grew {grew['heap']:,} bytes a call" if grew["heap"] else "")))
+        return
+    if grew["heap"]:
+        rec.update(status="fail", reason=(
+            f"leaks memory: the heap in use grew {each}, {grew['heap']:,} bytes a call "
+            f"{after}"))
         return
     again = judge(case, prep.ref, out, prep.torch_err)
     if again.status != "pass":

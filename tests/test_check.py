@@ -852,6 +852,31 @@ def test_an_unsigned_loop_bound_is_caught_by_a_head_dim_under_the_unroll(tmp_pat
     assert list(bad) == ["hdim-h4gqa2-q2-kv70-d1-f32"] and bad[list(bad)[0]] in ("crash", "fail")
 
 
+RESOURCE_LEAKS = {  # name -> (declarations, what each call leaks, the reason's words)
+    "thread": ("#include <pthread.h>\nstatic void *noop(void *x) { return x; }\n",
+               "{ pthread_t th; pthread_create(&th, NULL, noop, NULL); }",
+               "leaks address space"),
+    "fd": ("#include <fcntl.h>\n", '{ int fd = open("/dev/null", O_RDONLY); (void)fd; }',
+           "leaks file descriptors"),
+    "mapping": ("#define _GNU_SOURCE\n#include <sys/mman.h>\n",
+                "{ void *m = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, "
+                "MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); (void)m; }", "leaks address space"),
+}
+
+
+@pytest.mark.parametrize("kind", list(RESOURCE_LEAKS))
+def test_a_kernel_that_leaks_a_thread_a_descriptor_or_a_mapping_per_call(tmp_path, kind):
+    """Right answers, and per call a thread never joined (its 8 MiB stack stays mapped:
+    the heap had shown 476 bytes of it), a file never closed or a mapping never unmapped
+    (neither on the heap: both had passed)."""
+    decl, leak, words = RESOURCE_LEAKS[kind]
+    entry = "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;"
+    src = decl + SRC.replace(entry, entry + "\n  " + leak)
+    recs = _cli_records(tmp_path, f"{kind}_leak.c", src, "decode-h8gqa4-q1-kv1")
+    assert recs and all(r["status"] == "fail" and words in r["reason"]
+                        for r in recs.values()), recs
+
+
 def test_a_leak_on_one_path_is_caught_by_the_case_that_takes_it(tmp_path):
     """An empty-cache fast path that returns before freeing the scratch: its outputs are
     right everywhere, and only the kv_len-0 case, which takes that path, leaks."""
