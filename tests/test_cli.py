@@ -17,6 +17,13 @@ def test_help_lists_commands():
         assert cmd in res.output
 
 
+def test_version():
+    from sdpa_probe import __version__
+
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == f"sdpa_probe {__version__}"
+
+
 @pytest.mark.parametrize("cmd", ["build", "kernels", "check", "run"])
 def test_subcommand_help(cmd):
     res = runner.invoke(app, [cmd, "--help"])

@@ -20,6 +20,20 @@ def typer_app(name: str, help: str) -> typer.Typer:
 app = typer_app("probe", "Profile and check CPU scaled-dot-product attention (SDPA) kernels.")
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from .. import __version__
+
+        typer.echo(f"sdpa_probe {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_print_version,
+                                          is_eager=True, help="Print the version and exit.")):
+    """Profile and check CPU scaled-dot-product attention (SDPA) kernels."""
+
+
 def guarded(fn):
     """The error policy of every command: a ProbeError is one line on stderr and its
     exit code (2), an interrupt exits 130; never a traceback."""
