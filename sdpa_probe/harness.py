@@ -232,6 +232,20 @@ def _run_reused(backend, case: Case, prep: Prepared, keep_output: bool) -> dict:
     return rec
 
 
+def _judge_watched(case: Case, prep: Prepared, out, **kw):
+    """verdict.judge, where output left unwritten is watched LATE_WRITE_WAIT more: it may
+    be a thread of the kernel that writes later than the verdict looked, which given the
+    time shows itself (verdict layer 0)."""
+    from .verdict import judge
+
+    v = judge(case, prep.ref, out, prep.torch_err, **kw)
+    if v.status == "fail" and out.at_return is not None and "never written" in v.reason:
+        time.sleep(LATE_WRITE_WAIT)
+        if out.written_after_return()[0]:
+            v = judge(case, prep.ref, out, prep.torch_err, **kw)
+    return v
+
+
 def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
              before_call=None) -> dict:
     """One call and its verdict; before_call runs just before the kernel is called."""
@@ -239,7 +253,6 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
     from .errors import KernelError
     from .inputs import InputGuard, out_buffer
     from .native import describe_fp_change, fp_control, set_fp_control
-    from .verdict import judge
 
     rec = base_record(backend.name, case)
     out = out_buffer(case)
@@ -268,15 +281,8 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
                    seconds=time.perf_counter() - t0)
         return rec
     rec["seconds"] = time.perf_counter() - t0
-    v = judge(case, prep.ref, out, prep.torch_err, inputs_written=guard.written(),
-              fp_changed=fp_changed)
-    if v.status == "fail" and out.at_return is not None and "never written" in v.reason:
-        # unwritten output may be a thread of the kernel that writes later than the
-        # verdict looked: given the time, it shows itself
-        time.sleep(LATE_WRITE_WAIT)
-        if out.written_after_return()[0]:
-            v = judge(case, prep.ref, out, prep.torch_err, inputs_written=guard.written(),
-                      fp_changed=fp_changed)
+    v = _judge_watched(case, prep, out, inputs_written=guard.written(),
+                       fp_changed=fp_changed)
     rec.update(v.as_dict())
     if (LEAK_CHECK and v.status == "pass" and before_call is None
             and rec["seconds"] < LEAK_PROBE_MAX_SECONDS):
@@ -362,7 +368,6 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
     a staging buffer zeroed only when allocated, a result kept by address)."""
     from .backends import describe_failure
     from .native import fp_control, set_fp_control
-    from .verdict import judge
 
     fp = fp_control()
     try:
@@ -395,7 +400,7 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
             f"leaks memory: the heap in use grew {each}, {grew['heap']:,} bytes a call "
             f"{after}"))
         return
-    again = judge(case, prep.ref, out, prep.torch_err)
+    again = _judge_watched(case, prep, out)
     if again.status != "pass":
         rec.update(status="fail", reason="the same call made again, into the same output "
                    "poisoned again, gives another answer: " + again.reason)

@@ -111,3 +111,43 @@ def test_a_kernel_file_without_sdpa_forward_is_a_usage_error(tmp_path, cmd):
     res = runner.invoke(app, [*cmd, str(k)])
     assert res.exit_code == 2, res.output
     assert "mine.c does not define sdpa_forward" in res.output and "Traceback" not in res.output
+
+
+def test_failures_of_one_kind_print_once_with_the_other_ids():
+    from sdpa_probe.cli.check_cmd import GROUP_AT, group_failures
+
+    def rec(case, reason, backend="user:k.c", status="fail"):
+        return {"case": case, "reason": reason, "backend": backend, "status": status}
+
+    records = [rec("a", "error above tolerance at 3 elements: worst |err| 0.5 at b=0 q=1"),
+               rec("b", "1 output elements never written (poison left), first at b=0 q=0"),
+               rec("c", "error above tolerance at 12 elements: worst |err| 2e-3 at b=1 q=7"),
+               rec("p", "", status="pass"),
+               rec("d", "error above tolerance at 1 elements: worst |err| 7.25e+04 at b=0 q=0"),
+               rec("e", "error above tolerance at 1 elements: worst |err| 1 at b=0 q=0",
+                   backend="flash"),
+               rec("f", "2 output elements never written (poison left), first at b=0 q=3")]
+    groups = [(r["case"], [o["case"] for o in others]) for r, others in group_failures(records)]
+    assert GROUP_AT == 3
+    assert groups == [("a", ["c", "d"]), ("b", []), ("e", []), ("f", [])]
+
+
+def test_check_prints_a_kind_of_failure_once_unless_asked_for_each(tmp_path):
+    from conftest import EXAMPLE_KERNEL
+
+    bad = tmp_path / "gqa_mod.c"
+    bad.write_text(EXAMPLE_KERNEL.read_text().replace(
+        "const int64_t hk = h / group;", "const int64_t hk = h % a->n_kv_heads;"))
+    res = runner.invoke(app, ["check", "--kernel", str(bad), "-k", "gqa-h8gqa", "-k",
+                              "gqa-h32gqa"], terminal_width=100)
+    assert res.exit_code == 1
+    flat = " ".join(res.output.split())
+    assert "more failing the same way (figures aside)" in flat
+    import re
+
+    n_fail = int(re.search(r"pass, (\d+) fail", flat).group(1))  # (the summary line)
+    assert n_fail >= 3 and flat.count("--repro") < n_fail
+    res = runner.invoke(app, ["check", "--kernel", str(bad), "-k", "gqa-h8gqa", "-k",
+                              "gqa-h32gqa", "--each-failure"], terminal_width=100)
+    flat = " ".join(res.output.split())
+    assert "same way" not in flat and flat.count("--repro") == n_fail

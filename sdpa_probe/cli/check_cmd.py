@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import time
 from pathlib import Path
 
@@ -128,15 +129,49 @@ def _summary_table(records: list[dict], names: list[str]) -> Table:
 WIDE_FAILURES = 140
 
 
-def _failure_list(records: list[dict], width: int = 80) -> Group:
+# A reason with its figures (errors, positions, counts) masked: failures that read the
+# same but for them are one bug seen on many cases
+_FIGURES = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:e[-+]?\d+)?")
+GROUP_AT = 3     # this many failures of one reason and backend print as one
+GROUP_IDS = 8    # the other cases' ids shown under it
+
+
+def group_failures(records: list[dict]) -> list[tuple[dict, list[dict]]]:
+    """The failing records as (the first of a kind, the others of that kind), in order:
+    a kind is a backend, a status and a reason the same but for its figures; kinds with
+    fewer than GROUP_AT members stay one record each."""
+    kinds: dict[tuple, list[dict]] = {}
+    for r in records:
+        if r["status"] in FAILING:
+            key = (r["backend"], r["status"], _FIGURES.sub("#", r["reason"] or ""))
+            kinds.setdefault(key, []).append(r)
+    out: list[tuple[dict, list[dict]]] = []
+    for members in kinds.values():
+        if len(members) >= GROUP_AT:
+            out.append((members[0], members[1:]))
+        else:
+            out += [(r, []) for r in members]
+    return sorted(out, key=lambda g: records.index(g[0]))
+
+
+def _more(others: list[dict]) -> str:
+    ids = [r["case"] for r in others[:GROUP_IDS]]
+    rest = len(others) - len(ids)
+    return (f"and {len(others)} more failing the same way (figures aside): "
+            + ", ".join(ids) + (f", ... ({rest} more; --each-failure or --json lists them)"
+                                if rest else ""))
+
+
+def _failure_list(records: list[dict], width: int = 80, grouped: bool = True) -> Group:
     """Each failure as a status / case / backend line, its reason indented (free to wrap
     at the console's width; an error's figures are in it) and its repro command. A
     backend that does not fit on the case's line (a long path to your kernel) goes on a
-    line of its own, indented, rather than wrapping to the margin."""
+    line of its own, indented, rather than wrapping to the margin. grouped: one entry
+    per kind of failure (group_failures), the others' ids under it."""
     lines: list = [Text("failures", style="bold")]
-    for r in records:
-        if r["status"] not in FAILING:
-            continue
+    groups = (group_failures(records) if grouped
+              else [(r, []) for r in records if r["status"] in FAILING])
+    for r, others in groups:
         st = r["status"]
         head = Text.assemble((f"{st:<8}", STATUS_STYLE[st]), r["case"])
         backend = Text(r["backend"], style="bold")
@@ -146,10 +181,12 @@ def _failure_list(records: list[dict], width: int = 80) -> Group:
             lines += [head, Padding(backend, (0, 0, 0, 8))]
         lines += [Padding(Text(r["reason"]), (0, 0, 0, 8)),
                   Padding(Text(r["repro"], style="dim"), (0, 0, 0, 8))]
+        if others:
+            lines.append(Padding(Text(_more(others), style="yellow"), (0, 0, 0, 8)))
     return Group(*lines)
 
 
-def _failure_table(records: list[dict]) -> Table:
+def _failure_table(records: list[dict], grouped: bool = True) -> Table:
     t = Table(title="failures", title_justify="left", show_lines=True)
     t.add_column("backend", style="bold")
     t.add_column("case")
@@ -157,13 +194,14 @@ def _failure_table(records: list[dict]) -> Table:
     t.add_column("max abs err", justify="right")
     t.add_column("nmse", justify="right")
     t.add_column("reason / reproduce")
-    for r in records:
-        if r["status"] not in FAILING:
-            continue
+    groups = (group_failures(records) if grouped
+              else [(r, []) for r in records if r["status"] in FAILING])
+    for r, others in groups:
         st = r["status"]
+        more = f"\n[yellow]{_more(others)}[/]" if others else ""
         t.add_row(r["backend"], r["case"], f"[{STATUS_STYLE[st]}]{st}[/]",
                   _fmt(r["max_abs_err"]), _fmt(r["nmse"]),
-                  f"{r['reason']}\n[dim]{r['repro']}[/]")
+                  f"{r['reason']}\n[dim]{r['repro']}[/]{more}")
     return t
 
 
@@ -238,6 +276,10 @@ def check_command(
                                        help="Do not repeat passing calls (the leak count and "
                                             "the repeated call's verdict), for a kernel too "
                                             "slow to call 7 more times."),
+    each_failure: bool = typer.Option(False, "--each-failure",
+                                      help="List every failure in full (default: one per "
+                                           "kind, a backend's same reason but for its "
+                                           "figures, with the other cases' ids)."),
     list_cases: bool = typer.Option(False, "--list",
                                     help="List the cases the filters select (ids, tolerances, "
                                          "FLOPs, bytes; --json - for their parameters) and "
@@ -361,8 +403,8 @@ def check_command(
         out.print(_summary_table(records, names))
         if any(r["status"] in FAILING for r in records):
             wide = out.out.width >= WIDE_FAILURES
-            out.print(_failure_table(records) if wide
-                      else _failure_list(records, out.out.width))
+            out.print(_failure_table(records, not each_failure) if wide
+                      else _failure_list(records, out.out.width, not each_failure))
         s = summary(records)
         parts = [f"[{STATUS_STYLE[k_]}]{s[k_]} {k_}[/]" for k_ in STATUS_STYLE if s[k_]]
         extra = sum(r["family"] == "cache-sizing" for r in records)
