@@ -38,7 +38,8 @@ def base_record(backend: str, case: Case) -> dict:
     return {"backend": backend, "case": case.id, "family": case.family, "status": "error",
             "reason": "", "max_abs_err": None, "max_rel_err": None, "nmse": None,
             "worst": None, "atol": None, "rtol": None, "torch_err": None, "seconds": None,
-            "leak_bytes_per_call": None, "fresh_retry": None, "after_case": None,
+            "leak_bytes_per_call": None, "repeatable": None, "fresh_retry": None,
+            "after_case": None,
             "repro": repro_command(backend, case.id)}
 
 
@@ -365,10 +366,13 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
     """The verdict's last layer, the call made again: a kernel whose heap grows on every
     repeat (a leak) fails, and so does one whose answer changes when the same call is
     made once more into the same output, poisoned again (state a call leaves behind:
-    a staging buffer zeroed only when allocated, a result kept by address)."""
+    a staging buffer zeroed only when allocated, a result kept by address). A repeat
+    that passes but differs bit for bit sets rec["repeatable"] False (a note, not a
+    failure: a reduction order that follows thread timing)."""
     from .backends import describe_failure
     from .native import fp_control, set_fp_control
 
+    first = out.values()  # (float64: F16 / BF16 exactly)
     fp = fp_control()
     try:
         grew = growth_per_call(backend, prep.data, out)
@@ -404,6 +408,8 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
     if again.status != "pass":
         rec.update(status="fail", reason="the same call made again, into the same output "
                    "poisoned again, gives another answer: " + again.reason)
+        return
+    rec["repeatable"] = bool(np.array_equal(first, out.values(), equal_nan=True))
 
 
 def retry_on_fresh_inputs(rec: dict, backend, case: Case, prep: Prepared,

@@ -852,6 +852,30 @@ def test_an_unsigned_loop_bound_is_caught_by_a_head_dim_under_the_unroll(tmp_pat
     assert list(bad) == ["hdim-h4gqa2-q2-kv70-d1-f32"] and bad[list(bad)[0]] in ("crash", "fail")
 
 
+def test_a_kernel_whose_bits_change_from_call_to_call_passes_with_a_note(tmp_path):
+    """Every other call a rounding different by an ulp (as a merge order that follows
+    thread timing gives): within tolerance both times, so a pass, but not repeatable."""
+    last = "for (int64_t d = 0; d < D; d++) store(&a->out, b, i, h, d, acc[d]);"
+    src = SRC.replace("int sdpa_forward(", "static int calls;\nint sdpa_forward(", 1)
+    src = src.replace("  free(acc);\n  return SDPA_OK;", "  free(acc);\n  calls++;\n"
+                      "  return SDPA_OK;").replace(last, last.replace(
+                          "acc[d])", "(calls & 1) ? nextafterf(acc[d], INFINITY) : acc[d])"))
+    k = tmp_path / "wobbly.c"
+    k.write_text(src)
+    res = runner.invoke(app, ["check", "--kernel", str(k), "-k", "decode-h8gqa4-q1-kv1"])
+    assert res.exit_code == 0, res.output
+    flat = " ".join(res.output.split())
+    assert "gave another answer, bit for bit, when the same call was repeated" in flat
+    out = tmp_path / "r.json"
+    runner.invoke(app, ["check", "--kernel", str(k), "-k", "decode-h8gqa4-q1-kv1", "--json",
+                        str(out)])
+    recs = json.loads(out.read_text())["records"]
+    assert recs and all(r["status"] == "pass" and r["repeatable"] is False for r in recs)
+    res = runner.invoke(app, ["check", "-b", "flash", "-k", "decode-h8gqa4-q1-kv1", "--json",
+                              str(out)])
+    assert all(r["repeatable"] is True for r in json.loads(out.read_text())["records"])
+
+
 RESOURCE_LEAKS = {  # name -> (declarations, what each call leaks, the reason's words)
     "thread": ("#include <pthread.h>\nstatic void *noop(void *x) { return x; }\n",
                "{ pthread_t th; pthread_create(&th, NULL, noop, NULL); }",

@@ -411,12 +411,28 @@ def check_command(
         what = f"{len(cases)} cases x {len(names)} backends" + (
             f" + {extra} cache-sizing" if extra else "")
         out.print(f"{s['total']} checks ({what}) in {seconds:.1f} s: " + ", ".join(parts))
+        for note in unrepeatable_notes(records):
+            out.warn(note)
         if golden_store is not None:
             skipped = ("; the cache-sizing suite, which has no golden data, was not run"
                        if suite_name == "default" else "")
             out.print(f"[dim]references: golden data in {golden_store.root} (made with torch "
                       f"{golden_store.manifest['versions'].get('torch')}){skipped}[/]")
     raise typer.Exit(exit_code(records))
+
+
+def unrepeatable_notes(records: list[dict]) -> list[str]:
+    """Per backend, the passing cases whose repeated call gave another answer bit for
+    bit (both within tolerance): not a failure, but a result that follows thread
+    timing (a reduction or merge order) is one a user cannot reproduce exactly."""
+    by: dict[str, list[str]] = {}
+    for r in records:
+        if r.get("repeatable") is False:
+            by.setdefault(r["backend"], []).append(r["case"])
+    return [f"{b}: {len(ids)} passing case(s) gave another answer, bit for bit, when the "
+            f"same call was repeated (both within tolerance; e.g. {ids[0]}): a result that "
+            "follows thread timing, such as a reduction or merge order"
+            for b, ids in by.items()]
 
 
 def _runs_cache_sizing(suite_name: str, dtype, golden: bool) -> bool:
