@@ -404,17 +404,17 @@ class OutBuffer:
         if self.at_return is None:
             return 0, None
         bits_t = POISON[self.arena.dtype][0]
-        moved = self.arena.view(bits_t) != self.at_return.view(bits_t)
-        n = int(moved.sum())
+        n = int((self.arena.view(bits_t) != self.at_return.view(bits_t)).sum())
         if not n:
             return 0, None
-        inside = moved & self.inside
-        if not inside.any():
-            return n, None
-        flat = int(np.argwhere(inside.reshape(-1))[0][0])
-        view_idx = np.argwhere(self.inside.reshape(-1)).reshape(-1)
-        k = int(np.searchsorted(view_idx, flat))
-        return n, tuple(int(x) for x in np.unravel_index(k, self.view.shape))
+        # the copy seen through the view's own offset and strides (a view may be strided)
+        off = (self.view.__array_interface__["data"][0]
+               - self.arena.__array_interface__["data"][0]) // self.arena.itemsize
+        then = np.lib.stride_tricks.as_strided(self.at_return.reshape(-1)[off:],
+                                               shape=self.view.shape,
+                                               strides=self.view.strides)
+        moved = np.argwhere(self.view.view(bits_t) != then.view(bits_t))
+        return n, (tuple(int(x) for x in moved[0]) if len(moved) else None)
 
     @property
     def bits_dtype(self):

@@ -126,6 +126,16 @@ def test_verdict_a_write_after_the_call_returned_comes_first():
     assert "in the guard region" in judge(case, ref, buf).reason
     buf.at_return = buf.arena.copy()
     assert judge(case, ref, buf).reason.startswith("out-of-bounds write")
+    # a strided output (heads before positions in memory): the place is the view's
+    for layout in ("bhsd", "dmajor"):
+        c = Case("verdict", q_len=3, kv_len=20, n_heads=2, n_kv_heads=1, head_dim=8,
+                 layout=layout)
+        buf = out_buffer(c)
+        buf.view[...] = 0.5
+        assert not buf.view.flags.c_contiguous
+        buf.at_return = buf.arena.copy()
+        buf.view[0, 2, 1, 5] = 0.25
+        assert buf.written_after_return() == (1, (0, 2, 1, 5))
 
 
 LATE_STORE = """

@@ -136,22 +136,25 @@ GROUP_AT = 3     # this many failures of one reason and backend print as one
 GROUP_IDS = 8    # the other cases' ids shown under it
 
 
-def group_failures(records: list[dict]) -> list[tuple[dict, list[dict]]]:
+def group_failures(records: list[dict], grouped: bool = True) -> list[tuple[dict, list[dict]]]:
     """The failing records as (the first of a kind, the others of that kind), in order:
     a kind is a backend, a status and a reason the same but for its figures; kinds with
-    fewer than GROUP_AT members stay one record each."""
+    fewer than GROUP_AT members (or every kind, if not grouped) stay one record each."""
+    failing = [r for r in records if r["status"] in FAILING]
+    if not grouped:
+        return [(r, []) for r in failing]
     kinds: dict[tuple, list[dict]] = {}
-    for r in records:
-        if r["status"] in FAILING:
-            key = (r["backend"], r["status"], _FIGURES.sub("#", r["reason"] or ""))
-            kinds.setdefault(key, []).append(r)
+    for r in failing:
+        key = (r["backend"], r["status"], _FIGURES.sub("#", r["reason"] or ""))
+        kinds.setdefault(key, []).append(r)
     out: list[tuple[dict, list[dict]]] = []
     for members in kinds.values():
         if len(members) >= GROUP_AT:
             out.append((members[0], members[1:]))
         else:
             out += [(r, []) for r in members]
-    return sorted(out, key=lambda g: records.index(g[0]))
+    order = {id(r): i for i, r in enumerate(failing)}
+    return sorted(out, key=lambda g: order[id(g[0])])
 
 
 def _more(others: list[dict]) -> str:
@@ -169,9 +172,7 @@ def _failure_list(records: list[dict], width: int = 80, grouped: bool = True) ->
     line of its own, indented, rather than wrapping to the margin. grouped: one entry
     per kind of failure (group_failures), the others' ids under it."""
     lines: list = [Text("failures", style="bold")]
-    groups = (group_failures(records) if grouped
-              else [(r, []) for r in records if r["status"] in FAILING])
-    for r, others in groups:
+    for r, others in group_failures(records, grouped):
         st = r["status"]
         head = Text.assemble((f"{st:<8}", STATUS_STYLE[st]), r["case"])
         backend = Text(r["backend"], style="bold")
@@ -194,9 +195,7 @@ def _failure_table(records: list[dict], grouped: bool = True) -> Table:
     t.add_column("max abs err", justify="right")
     t.add_column("nmse", justify="right")
     t.add_column("reason / reproduce")
-    groups = (group_failures(records) if grouped
-              else [(r, []) for r in records if r["status"] in FAILING])
-    for r, others in groups:
+    for r, others in group_failures(records, grouped):
         st = r["status"]
         more = f"\n[yellow]{_more(others)}[/]" if others else ""
         t.add_row(r["backend"], r["case"], f"[{STATUS_STYLE[st]}]{st}[/]",
