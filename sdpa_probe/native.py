@@ -92,6 +92,8 @@ def user_kernel_spec(path: Path) -> BuildSpec:
     if path.is_dir():
         raise ProbeError(f"--kernel {path} is a directory: give {KERNEL_FILES}")
     if not path.is_file():
+        if path.exists():  # (a device, a FIFO: nothing to compile)
+            raise ProbeError(f"--kernel {path} is not a regular file: give {KERNEL_FILES}")
         raise ProbeError(f"kernel file not found: {path}")
     if path.suffix in SOURCE_SUFFIXES:
         return BuildSpec(stem="sdpa_probe_user", cdef=_cdefs.USER_KERNEL,

@@ -207,6 +207,7 @@ def test_empty_kernel_option(argv):
 
 def test_kernel_that_is_a_directory(tmp_path):
     _usage_error(["run", "--kernel", str(tmp_path)], f"--kernel {tmp_path} is a directory")
+    _usage_error(["check", "--kernel", "/dev/null"], "--kernel /dev/null is not a regular file")
     _usage_error(["check", "--kernel", str(tmp_path)], f"--kernel {tmp_path} is a directory")
 
 
