@@ -222,8 +222,10 @@ class ExecutorchBackend:
 
 
 def torch_error(data: CaseData, ref: np.ndarray) -> float | None:
-    """torch's own max abs error on this case, the yardstick for low precision."""
-    if data.case.dtype not in TORCH_DTYPES:
+    """torch's own max abs error on this case, the yardstick for low precision and
+    ill-conditioned cases (int8: its F32 SDPA on the dequantised values, as it runs
+    them; large logits over an int8 cache had no slack before)."""
+    if data.case.dtype not in TORCH_DTYPES and data.case.dtype != "i8":
         return None
     from .inputs import out_buffer
 

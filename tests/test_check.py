@@ -1378,3 +1378,42 @@ def test_a_sigill_says_what_raises_one(tmp_path):
     assert rec["status"] == "crash", rec
     assert "SIGILL (an instruction this CPU or OS does not allow" in rec["reason"], rec
     assert "arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)" in rec["reason"], rec
+
+
+# ---- the random suite ------------------------------------------------------------------
+
+def test_random_slices_are_stable_valid_and_found_again_by_id():
+    from sdpa_probe.cases import RANDOM_CASES, find_case, random_cases
+
+    a, b = random_cases(5), random_cases(5)
+    assert [c.id for c in a] == [c.id for c in b] and len(a) == RANDOM_CASES
+    assert {c.id for c in a}.isdisjoint({c.id for c in random_cases(6)})
+    assert len({c.id for c in a}) == len(a)
+    for c in a:
+        assert find_case(c.id) == c
+        materialise(c)  # (every drawn combination is one the inputs can be made for)
+    assert len({(c.dtype, c.layout) for c in a}) > 8  # a spread, not one corner
+    assert find_case("random-h8gqa4-q1-kv9-d64-f32-s999999") is None
+
+
+def test_check_runs_a_random_slice_and_reproduces_its_cases(tmp_path):
+    from sdpa_probe.cases import random_cases
+
+    out = tmp_path / "r.json"
+    res = runner.invoke(app, ["check", "-b", "flash", "--suite", "random", "--seed", "3",
+                              "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    recs = json.loads(out.read_text())["records"]
+    assert [r["case"] for r in recs] == [c.id for c in random_cases(3)]
+    case = next(r["case"] for r in recs if r["status"] == "pass")
+    res = runner.invoke(app, ["check", "-b", "flash", "--repro", case])
+    assert res.exit_code == 0 and ": pass" in res.output, res.output
+    res = runner.invoke(app, ["check", "--suite", "random", "--golden"])
+    assert res.exit_code == 2 and "no golden data" in res.output
+    # a bug the fixed matrix was written for is found by random draws too
+    bad = tmp_path / "gqa_mod.c"
+    bad.write_text(SRC.replace(*BUGS["gqa-modulo"]))
+    res = runner.invoke(app, ["check", "--kernel", str(bad), "--suite", "random", "--json",
+                              str(out)])
+    assert res.exit_code == 1
+    assert sum(r["status"] == "fail" for r in json.loads(out.read_text())["records"]) >= 5

@@ -18,7 +18,7 @@ from rich.text import Text
 from .. import last_failed as last_failed_record
 from .. import native
 from ..backends import executorch_library
-from ..cases import DTYPES, SUITES, Case, all_cases, suite, tolerance
+from ..cases import DTYPES, SUITES, Case, all_cases, random_cases, suite, tolerance
 from ..errors import ProbeError
 from ..harness import WorkerPool, malloc_debug_library
 from ..report import FAILING, by_backend_family, check_document, exit_code, summary, write_junit
@@ -28,6 +28,7 @@ from .output import Output, check_writable
 STATUS_STYLE = {"pass": "green", "fail": "red", "crash": "bold red", "timeout": "magenta",
                 "unsupported": "dim", "error": "yellow"}
 EXTRA_SUITES = ("cache-sizing",)
+RANDOM_SUITE = "random"  # cases.random_cases(--seed): a new slice of the space per seed
 MAX_TIMEOUT = 86400
 
 
@@ -72,9 +73,12 @@ def _wanted(case_id: str, k: list[str] | None, skip: list[str] | None) -> bool:
 
 def _select_cases(suite_name: str, k: list[str] | None, dtype: list[str] | None,
                   seed: int, skip: list[str] | None = None) -> list[Case]:
-    cases = suite(suite_name)
-    if seed:
-        cases = [dataclasses.replace(c, seed=c.seed + seed) for c in cases]
+    if suite_name == RANDOM_SUITE:  # (the seed picks the slice; each case has its own)
+        cases = random_cases(seed)
+    else:
+        cases = suite(suite_name)
+        if seed:
+            cases = [dataclasses.replace(c, seed=c.seed + seed) for c in cases]
     if dtype:
         wanted = {d.strip() for spec in dtype for d in spec.split(",") if d.strip()}
         if not wanted:
@@ -241,8 +245,10 @@ def check_command(
                                         "two threads at once)."),
     dtype: list[str] = typer.Option(None, "--dtype", help="Only these storage dtypes: "
                                                           "f32,f16,bf16,i8."),
-    suite_name: str = typer.Option("default", "--suite", help="smoke | default | full | "
-                                                              "cache-sizing"),
+    suite_name: str = typer.Option("default", "--suite",
+                                   help="smoke | default | full | random (64 cases drawn from "
+                                        "the whole parameter space, a new slice per --seed) | "
+                                        "cache-sizing"),
     seed: int = typer.Option(0, "--seed", help="Offset added to every case's seed."),
     json_path: str = typer.Option(None, "--json", help="Write the JSON record here ('-': stdout)."),
     junit: str = typer.Option(None, "--junit", help="Write JUnit XML here."),
@@ -289,9 +295,9 @@ def check_command(
     Exit code 0: every case passed (unsupported allowed); 1: a case failed, crashed or
     timed out; 2: usage error."""
     out = Output(json_mode=json_path == "-")
-    if suite_name not in SUITES and suite_name not in EXTRA_SUITES:
-        raise ProbeError(f"unknown suite {suite_name!r}; known: "
-                         f"{', '.join(list(SUITES) + list(EXTRA_SUITES))}")
+    suites = [*SUITES, RANDOM_SUITE, *EXTRA_SUITES]
+    if suite_name not in suites:
+        raise ProbeError(f"unknown suite {suite_name!r}; known: {', '.join(suites)}")
     if save is not None and repro is None:
         raise ProbeError("--save needs --repro CASE_ID")
     if after and repro is None:
@@ -306,6 +312,9 @@ def check_command(
     check_writable(junit, "--junit", inputs=[kernel])
     if golden_dir is not None:
         golden = True
+    if golden and suite_name == RANDOM_SUITE:
+        raise ProbeError("--golden: the random suite has no golden data (its references are "
+                         "computed live)")
     if golden and repro is not None:
         raise ProbeError("--repro recomputes the reference live; drop --golden")
     names = _resolve_backends(backend, kernel, out)
@@ -327,7 +336,7 @@ def check_command(
     lf_sizing: set[str] = set()  # ... of which the cache-sizing records'
     if last_failed:
         known = last_failed_record.failed_for(names)
-        lf_sizing = known - all_cases().keys()
+        lf_sizing = {i for i in known - all_cases().keys() if not i.startswith("random-")}
         if known & {c.id for c in cases} or (lf_sizing and _runs_cache_sizing(suite_name, dtype,
                                                                               golden)):
             lf_ids = known

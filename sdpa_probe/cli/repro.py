@@ -14,6 +14,7 @@ from rich.text import Text
 
 from .. import harness
 from ..cases import Case, all_cases, tolerance
+from ..cases import find_case as cases_find_case
 from ..errors import ProbeError
 from ..harness import WorkerPool, prepare_case, run_one
 from ..report import FAILING, save_repro
@@ -30,6 +31,9 @@ def find_case(case_id: str, seed: int = 0) -> Case:
     cases = all_cases()
     if case_id in cases:
         return cases[case_id]
+    found = cases_find_case(case_id)  # (a random slice's case)
+    if found is not None:
+        return found
     m = re.fullmatch(r"(.*)-s(\d+)", case_id)
     if m and m.group(1) in cases:
         return dataclasses.replace(cases[m.group(1)], seed=int(m.group(2)))
