@@ -180,6 +180,18 @@ class Case:
 # precision) get the slack torch itself needs, and no more.
 BASE_TOL = {"f32": (2e-6, 2e-5), "i8": (2e-6, 2e-5), "f16": (4e-4, 1e-3), "bf16": (3e-3, 8e-3)}
 TORCH_MULT = 3.0
+# ... and 16 times it for the random suite's cases: they draw conditioning the matrix
+# does not (x10 logits over head_dim 48 in a batch of 2, say), where the plain F32
+# kernels of docs/examples err 4x (sequential sums) to 10x (exp2 of a product with
+# log2 e) as much as torch; a slice is there for structural bugs (indexing, masking,
+# strides), which err by orders of magnitude more, while the matrix's own cases keep
+# 3x for low-precision accumulation.
+RANDOM_TORCH_MULT = 16.0
+
+
+def torch_mult(case: Case) -> float:
+    """How many times torch's own error a case's atol is at least."""
+    return RANDOM_TORCH_MULT if case.family == "random" else TORCH_MULT
 ACCUM_ATOL = 2e-6
 
 

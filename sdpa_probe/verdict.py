@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from .cases import TORCH_MULT, Case, tolerance
+from .cases import Case, tolerance, torch_mult
 from .inputs import OutBuffer
 
 
@@ -65,7 +65,7 @@ def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None =
     figs = error_figures(vals, ref)
     atol, rtol = tolerance(case)
     if torch_err is not None:
-        atol = max(atol, TORCH_MULT * torch_err)
+        atol = max(atol, torch_mult(case) * torch_err)
     common = dict(atol=atol, rtol=rtol, torch_err=torch_err, **figs)
 
     # 0. the output changed after the call had returned (native calls: OutBuffer.at_return)
