@@ -568,10 +568,13 @@ def random_case(slice_seed: int, i: int) -> Case:
     q_len = 1 if r.random() < 0.5 else r.randint(2, 80)
     kv_len = 0 if r.random() < 0.03 else int(math.exp(r.uniform(0.0, math.log(4000.0))))
     batch = r.choice((1, 1, 1, 1, 2, 3))
-    # bounded work: fewer keys, then fewer query rows
-    while kv_len > 1 and 4 * batch * n_heads * q_len * kv_len * head_dim > RANDOM_MAX_FLOPS:
+    # bounded work (Case.flops, a key counted for an empty cache): fewer keys, then rows
+    def flops() -> int:
+        return 4 * batch * n_heads * q_len * max(kv_len, 1) * head_dim
+
+    while kv_len > 1 and flops() > RANDOM_MAX_FLOPS:
         kv_len //= 2
-    while q_len > 1 and 4 * batch * n_heads * q_len * max(kv_len, 1) * head_dim > RANDOM_MAX_FLOPS:
+    while q_len > 1 and flops() > RANDOM_MAX_FLOPS:
         q_len //= 2
     causal = kv_len > 0 and r.random() < 0.5
     start_pos = 0
@@ -623,13 +626,18 @@ def all_cases() -> dict[str, Case]:
     return {c.id: c for c in suite("full")}
 
 
-def find_case(case_id: str) -> Case | None:
-    """The case of a fixed suite, or of a random slice (its id ends in -s<seed>)."""
-    case = all_cases().get(case_id)
-    if case is None and case_id.startswith("random-"):
-        tail = case_id.rsplit("-s", 1)[-1]
-        if tail.isdigit() and int(tail) >= RANDOM_SEED_STRIDE:
-            slice_seed, i = divmod(int(tail), RANDOM_SEED_STRIDE)
-            c = random_case(slice_seed - 1, i)
-            case = c if c.id == case_id else None
-    return case
+def find_case(case_id: str, fixed: dict[str, Case] | None = None) -> Case | None:
+    """The case an id names: a fixed suite's; one of them with another seed (the id
+    ending -s<seed>, as --seed makes it); or a random slice's (its seed names the
+    slice and index). None for any other id. fixed: all_cases(), if the caller has it."""
+    fixed = all_cases() if fixed is None else fixed
+    if case_id in fixed:
+        return fixed[case_id]
+    base, sep, tail = case_id.rpartition("-s")
+    if not (sep and tail.isdigit()):
+        return None
+    if case_id.startswith("random-"):
+        slice_seed, i = divmod(int(tail), RANDOM_SEED_STRIDE)
+        c = random_case(slice_seed - 1, i) if slice_seed >= 1 else None
+        return c if c is not None and c.id == case_id else None
+    return dataclasses.replace(fixed[base], seed=int(tail)) if base in fixed else None

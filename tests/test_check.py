@@ -1383,7 +1383,9 @@ def test_a_sigill_says_what_raises_one(tmp_path):
 # ---- the random suite ------------------------------------------------------------------
 
 def test_random_slices_are_stable_valid_and_found_again_by_id():
-    from sdpa_probe.cases import RANDOM_CASES, find_case, random_cases
+    import dataclasses
+
+    from sdpa_probe.cases import RANDOM_CASES, all_cases, find_case, random_cases
 
     a, b = random_cases(5), random_cases(5)
     assert [c.id for c in a] == [c.id for c in b] and len(a) == RANDOM_CASES
@@ -1394,6 +1396,11 @@ def test_random_slices_are_stable_valid_and_found_again_by_id():
         materialise(c)  # (every drawn combination is one the inputs can be made for)
     assert len({(c.dtype, c.layout) for c in a}) > 8  # a spread, not one corner
     assert find_case("random-h8gqa4-q1-kv9-d64-f32-s999999") is None
+    # a fixed case under --seed, and ids no suite has (a cache-sizing record's)
+    fixed = all_cases()
+    first = next(iter(fixed.values()))
+    assert find_case(first.id + "-s7", fixed) == dataclasses.replace(first, seed=7)
+    assert find_case("ring-w3-s2-c4-minimum", fixed) is None
 
 
 def test_check_runs_a_random_slice_and_reproduces_its_cases(tmp_path):

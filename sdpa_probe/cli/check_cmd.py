@@ -18,7 +18,7 @@ from rich.text import Text
 from .. import last_failed as last_failed_record
 from .. import native
 from ..backends import executorch_library
-from ..cases import DTYPES, SUITES, Case, all_cases, random_cases, suite, tolerance
+from ..cases import DTYPES, SUITES, Case, all_cases, find_case, random_cases, suite, tolerance
 from ..errors import ProbeError
 from ..harness import WorkerPool, malloc_debug_library
 from ..report import FAILING, by_backend_family, check_document, exit_code, summary, write_junit
@@ -336,7 +336,8 @@ def check_command(
     lf_sizing: set[str] = set()  # ... of which the cache-sizing records'
     if last_failed:
         known = last_failed_record.failed_for(names)
-        lf_sizing = {i for i in known - all_cases().keys() if not i.startswith("random-")}
+        fixed = all_cases()
+        lf_sizing = {i for i in known if find_case(i, fixed) is None}
         if known & {c.id for c in cases} or (lf_sizing and _runs_cache_sizing(suite_name, dtype,
                                                                               golden)):
             lf_ids = known

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -29,14 +28,9 @@ SHADES = [(0.01, " "), (0.1, "·"), (0.5, "░"), (1.0, "▒"), (10.0, "▓"), (
 
 def find_case(case_id: str, seed: int = 0) -> Case:
     cases = all_cases()
-    if case_id in cases:
-        return cases[case_id]
-    found = cases_find_case(case_id)  # (a random slice's case)
+    found = cases_find_case(case_id, cases)
     if found is not None:
         return found
-    m = re.fullmatch(r"(.*)-s(\d+)", case_id)
-    if m and m.group(1) in cases:
-        return dataclasses.replace(cases[m.group(1)], seed=int(m.group(2)))
     close = [c for c in cases if case_id in c][:5]
     hint = f"; did you mean {', '.join(close)}" if close else ""
     raise ProbeError(f"unknown case id {case_id!r}{hint} (list them: probe check --list "
