@@ -250,6 +250,7 @@ def _judge_watched(case: Case, prep: Prepared, out, **kw):
 def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
              before_call=None) -> dict:
     """One call and its verdict; before_call runs just before the kernel is called."""
+    from . import caller_state
     from .backends import Unsupported, describe_failure
     from .errors import KernelError
     from .inputs import InputGuard, out_buffer
@@ -260,8 +261,9 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
     guard = InputGuard(prep.data)
     if before_call is not None:
         before_call()
+    state_before = caller_state.read()
     fp_before = fp_control()
-    fp_changed = None
+    fp_changed, state_changed = None, []
     t0 = time.perf_counter()
     try:
         try:
@@ -271,6 +273,7 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
             if fp_after != fp_before:
                 fp_changed = describe_fp_change(fp_before, fp_after)
                 set_fp_control(fp_before)
+            state_changed = caller_state.left_changed(state_before)
     except Unsupported as exc:
         rec.update(status="unsupported", reason=str(exc), seconds=time.perf_counter() - t0)
         return rec
@@ -283,7 +286,7 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
         return rec
     rec["seconds"] = time.perf_counter() - t0
     v = _judge_watched(case, prep, out, inputs_written=guard.written(),
-                       fp_changed=fp_changed)
+                       fp_changed=fp_changed, caller_changed=state_changed)
     rec.update(v.as_dict())
     if (LEAK_CHECK and v.status == "pass" and before_call is None
             and rec["seconds"] < LEAK_PROBE_MAX_SECONDS):
@@ -369,11 +372,13 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
     a staging buffer zeroed only when allocated, a result kept by address). A repeat
     that passes but differs bit for bit sets rec["repeatable"] False (a note, not a
     failure: a reduction order that follows thread timing)."""
+    from . import caller_state
     from .backends import describe_failure
     from .native import fp_control, set_fp_control
 
     first = out.values()  # (float64: F16 / BF16 exactly)
-    fp = fp_control()
+    fp, state = fp_control(), caller_state.read()
+    changed: list[str] = []
     try:
         grew = growth_per_call(backend, prep.data, out)
         out.repoison()
@@ -384,6 +389,12 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
         return
     finally:  # (the first call's environment check stands; the cases after run in it)
         set_fp_control(fp)
+        changed = caller_state.left_changed(state)
+    if changed:
+        rec.update(status="fail", reason=(
+            f"left its caller changed on a repeat of the same call ({LEAK_WARMUP + LEAK_CALLS + 1}"
+            " made; the first did not): " + "; ".join(changed)))
+        return
     rec["leak_bytes_per_call"] = grew["heap"]
     each = f"on each of {LEAK_CALLS} repeats of the same call"
     after = f"(after {LEAK_WARMUP} warm-up calls)"

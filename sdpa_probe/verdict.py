@@ -60,7 +60,7 @@ def inputs_in_words(written: list[tuple[str, int]]) -> str:
 
 def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None = None,
           inputs_written: list[tuple[str, int]] | None = None,
-          fp_changed: str | None = None) -> Verdict:
+          fp_changed: str | None = None, caller_changed: list[str] | None = None) -> Verdict:
     vals = out.values()
     figs = error_figures(vals, ref)
     atol, rtol = tolerance(case)
@@ -113,6 +113,9 @@ def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None =
     if fp_changed:  # (the output may be right; the caller's arithmetic after the call is not)
         return Verdict("fail", "changed the calling thread's floating-point environment and "
                        f"did not restore it: {fp_changed}", **common)
+    if caller_changed:  # (caller_state: the thread and process the kernel was called from)
+        return Verdict("fail", "left its caller changed (a runtime calls it from its own "
+                       "thread, every layer and token): " + "; ".join(caller_changed), **common)
 
     # 3. error against tolerance
     err = np.abs(vals - ref)
