@@ -21,7 +21,8 @@
  * It may be called from several threads at once and from a small stack; the
  * same buffers come back every decode step with new contents (keep nothing by
  * a buffer's address); a call frees what it allocates; it leaves the caller's
- * floating-point environment as it found it (docs/abi.md).
+ * floating-point environment, thread (affinity, signal mask, name) and process
+ * (signal handlers, locale, environment, ...) as it found them (docs/abi.md).
  */
 #ifndef SDPA_PROBE_H
 #define SDPA_PROBE_H
