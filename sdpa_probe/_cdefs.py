@@ -43,6 +43,7 @@ int sdpa_probe_process_alloc_stats(int64_t *allocs, int64_t *bytes, int64_t *fre
 int64_t sdpa_probe_fp_control(void);
 void sdpa_probe_fp_control_set(int64_t v);
 int64_t sdpa_probe_heap_in_use(void);
+int64_t sdpa_probe_program_break(void);
 typedef struct sdpa_probe_alloc_record {
   int64_t seq; int64_t bytes; int64_t high_water; int64_t touched; int64_t overrun;
   int64_t underrun;

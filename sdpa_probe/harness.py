@@ -314,12 +314,22 @@ def _heap_count_exact() -> bool:
     return "tcache_count=0" in os.environ.get("GLIBC_TUNABLES", "")
 
 
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096  # (the break's rounding)
+
+
 def process_resources() -> tuple[int, int] | None:
     """(address space in bytes, open file descriptors) of this process, from /proc;
-    None where it cannot be read."""
+    None where it cannot be read. The address space leaves out the main heap below the
+    program break: the allocator grows it while it warms up (a fresh process's first
+    calls moved it on 4 calls running, 400-500 KB each), and what is in use there is
+    the heap count's to judge."""
+    from .native import program_break
+
     try:
         with open("/proc/self/status") as fh:
             vm = next(int(ln.split()[1]) * 1024 for ln in fh if ln.startswith("VmSize:"))
+        brk = program_break()
+        vm -= (brk + PAGE - 1) // PAGE * PAGE  # ([heap] ends at the break's page)
         return vm, len(os.listdir("/proc/self/fd"))
     except (OSError, StopIteration, ValueError, IndexError):
         return None

@@ -227,6 +227,11 @@ def set_fp_control(value: int) -> None:
     native_lib()[1].sdpa_probe_fp_control_set(value)
 
 
+def program_break() -> int:
+    """The program break (sbrk(0)) as an address; 0 where there is none."""
+    return int(native_lib()[1].sdpa_probe_program_break())
+
+
 def heap_in_use() -> int | None:
     """Bytes the process's C allocator has handed out and not taken back (glibc's
     mallinfo2, every arena); None where the C library does not say."""

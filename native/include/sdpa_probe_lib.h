@@ -70,6 +70,9 @@ int64_t sdpa_probe_fp_control(void);
 void sdpa_probe_fp_control_set(int64_t v);
 /* Bytes the C allocator has handed out and not taken back (-1: unknown here). */
 int64_t sdpa_probe_heap_in_use(void);
+/* The program break (sbrk(0)) as an address, 0 where there is none: the allocator's
+ * main heap grows by moving it, which the address space counts too. */
+int64_t sdpa_probe_program_break(void);
 
 /* Guarded allocation, opt-in (scratch-sizing checks). While on, every
  * sdpa_probe_malloc block gets a front and a tail canary and a filled body; on

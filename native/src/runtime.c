@@ -68,6 +68,15 @@ int64_t sdpa_probe_heap_in_use(void) {
 #endif
 }
 
+int64_t sdpa_probe_program_break(void) {
+#if defined(__linux__)
+  void *brk_now = sbrk(0);
+  return brk_now == (void *)-1 ? 0 : (int64_t)(intptr_t)brk_now;
+#else
+  return 0;
+#endif
+}
+
 /* ---- alignment -------------------------------------------------------- */
 
 int64_t sdpa_probe_align_up(int64_t x, int64_t a) {
