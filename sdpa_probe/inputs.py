@@ -416,6 +416,17 @@ class OutBuffer:
         moved = np.argwhere(self.view.view(bits_t) != then.view(bits_t))
         return n, (tuple(int(x) for x in moved[0]) if len(moved) else None)
 
+    def snapshot(self) -> OutBuffer:
+        """The arena as it is now, copied, with the view at the same offset and strides:
+        a verdict's layers read one moment, while a kernel's stray thread may still be
+        storing (read live, poison could be gone by the poison layer and still be in the
+        values the error layer compares)."""
+        arena = self.arena.copy()
+        off = (self.view.__array_interface__["data"][0]
+               - self.arena.__array_interface__["data"][0])
+        view = np.ndarray(self.view.shape, self.view.dtype, arena, off, self.view.strides)
+        return OutBuffer(arena, view, self.inside, self.at_return)
+
     @property
     def bits_dtype(self):
         return POISON[self.arena.dtype][0]
