@@ -39,7 +39,8 @@ int sdpa_probe_default_threads(void);
 int64_t sdpa_probe_align_up(int64_t x, int64_t a);
 void sdpa_probe_alloc_stats(int64_t *count, int64_t *bytes);
 void sdpa_probe_alloc_reset(void);
-int sdpa_probe_process_alloc_stats(int64_t *allocs, int64_t *bytes, int64_t *frees);
+int sdpa_probe_process_alloc_stats(int64_t *allocs, int64_t *bytes, int64_t *frees,
+                                   int64_t *threads);
 int64_t sdpa_probe_fp_control(void);
 void sdpa_probe_fp_control_set(int64_t v);
 int64_t sdpa_probe_heap_in_use(void);

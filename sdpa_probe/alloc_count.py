@@ -29,6 +29,8 @@ WARMUP = 2
 CALLS = 4             # n: the counted batches are n and 2n calls
 REPEATS = 3           # estimates per party, the median reported
 MARK = "@@alloc "     # the worker's result lines (anything else on its stdout is not ours)
+# per call: heap allocations, bytes asked for, frees, threads started (pthread_create)
+COUNTED = ("allocs", "bytes", "frees", "threads")
 
 
 def preload_library() -> tuple[str | None, str | None]:
@@ -50,7 +52,7 @@ def count(jobs: Sequence[dict], threads: int, calls: int = CALLS,
           timeout_per_job: float = 120.0) -> tuple[list[dict | None], str | None]:
     """Allocations per call for each job ({"shape": bench shape name, "party": "torch",
     "executorch" or a kernel spec: a registered name or a kernel file}): a list of
-    {"allocs", "bytes", "frees"} per call (floats) or {"error": why}, in job order;
+    {"allocs", "bytes", "frees", "threads"} per call (floats) or {"error": why}, in job order;
     all None with the reason when nothing can be counted here."""
     from .harness import child_env, signal_name
 
@@ -92,11 +94,11 @@ def count(jobs: Sequence[dict], threads: int, calls: int = CALLS,
 
 # ---- the worker (python -m sdpa_probe.alloc_count, with the counter preloaded) ---------
 
-def _stats(ffi, lib) -> tuple[int, int, int]:
-    a, b, f = ffi.new("int64_t *"), ffi.new("int64_t *"), ffi.new("int64_t *")
-    if lib.sdpa_probe_process_alloc_stats(a, b, f) != 0:
+def _stats(ffi, lib) -> tuple[int, int, int, int]:
+    a, b, f, t = (ffi.new("int64_t *") for _ in range(4))
+    if lib.sdpa_probe_process_alloc_stats(a, b, f, t) != 0:
         raise RuntimeError("the allocation counter is not preloaded in this process")
-    return a[0], b[0], f[0]
+    return a[0], b[0], f[0], t[0]
 
 
 def per_call(run: Callable[[int], object], calls: int, stats: Callable[[], tuple],
@@ -115,8 +117,7 @@ def per_call(run: Callable[[int], object], calls: int, stats: Callable[[], tuple
         estimates.append([((c - b) - (b - a)) / calls
                           for a, b, c in zip(s0, s1, s2, strict=True)])
     mid = sorted(range(repeats), key=lambda i: estimates[i][0])[repeats // 2]
-    return {k: round(v, 2) for k, v in zip(("allocs", "bytes", "frees"), estimates[mid],
-                                            strict=True)}
+    return {k: round(v, 2) for k, v in zip(COUNTED, estimates[mid], strict=True)}
 
 
 def _party(job: dict, shape, sets, threads: int):

@@ -957,6 +957,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         why = _count_allocs(results, spec_of, threads)
         if why:
             notes.append(why)
+        notes.extend(_thread_start_notes(results))
     if load["busy"]:
         notes.append(f"other processes or the hypervisor took "
                      f"{load['other_cpu_fraction'] + load['steal_fraction']:.0%} of the CPUs "
@@ -1025,6 +1026,21 @@ def _count_allocs(results: list[dict], spec_of: dict, threads: int) -> str | Non
         for into in intos:
             into["allocs"] = c
     return why
+
+
+def _thread_start_notes(results: list[dict]) -> list[str]:
+    """A note per party that starts threads on every call (alloc_count's `threads`): a
+    pool kept between calls costs nothing per call; a thread started and joined costs
+    some 8 µs here (docs/performance.md), and a decode step makes the call per layer."""
+    seen: dict[str, tuple[float, str]] = {}
+    for r in results:
+        for name, c in [(r["kernel"], r.get("allocs"))] + [
+                (p, ps.get("allocs")) for p, ps in r["peers"].items()]:
+            n = (c or {}).get("threads") or 0
+            if n >= 0.5 and n > seen.get(name, (0, ""))[0]:
+                seen[name] = (n, r["shape"])
+    return [f"{name} starts {n:g} threads on every call (e.g. {shape}): a thread pool kept "
+            "between calls would not" for name, (n, shape) in seen.items()]
 
 
 # ---- the performance targets (issue: kernel speed) ----------------------------------

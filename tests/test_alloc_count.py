@@ -71,8 +71,10 @@ def test_every_allocation_entry_point_of_a_user_kernel_is_counted_exactly(tmp_pa
     short, long = (_count([{"shape": f"decode-h4kv2d64-kv{kv}-f32", "party": str(src)}])[0]
                    for kv in (256, 512))
     # 2 kv heads x kv / 32 blocks x 4 allocations, each freed; the bytes asked for
-    assert short == {"allocs": 2 * 8 * 4, "bytes": 2 * 8 * 4024, "frees": 2 * 8 * 4}
-    assert long == {"allocs": 2 * 16 * 4, "bytes": 2 * 16 * 4024, "frees": 2 * 16 * 4}
+    assert short == {"allocs": 2 * 8 * 4, "bytes": 2 * 8 * 4024, "frees": 2 * 8 * 4,
+                     "threads": 0}
+    assert long == {"allocs": 2 * 16 * 4, "bytes": 2 * 16 * 4024, "frees": 2 * 16 * 4,
+                    "threads": 0}
 
 
 @needs_cxx
@@ -80,7 +82,7 @@ def test_operator_new_of_a_cxx_kernel_is_counted(tmp_path):
     src = tmp_path / "per_block.cpp"
     src.write_text(PER_BLOCK_CXX)
     (r,) = _count([{"shape": "decode-h8kv4d64-kv512-f32", "party": str(src)}])
-    assert r == {"allocs": 4 * 8, "bytes": 4 * 8 * 64 * 64 * 4, "frees": 4 * 8}
+    assert r == {"allocs": 4 * 8, "bytes": 4 * 8 * 64 * 64 * 4, "frees": 4 * 8, "threads": 0}
 
 
 def test_per_block_allocation_grows_with_the_context_and_ours_does_not():
@@ -91,6 +93,39 @@ def test_per_block_allocation_grows_with_the_context_and_ours_does_not():
     assert alloc1024["allocs"] - alloc512["allocs"] == 2 * 2 * (1024 - 512) // 64
     assert q512 == q1024 and q512["allocs"] <= 3
     assert q512["frees"] == q512["allocs"]
+    assert q512["threads"] == 0  # (its pool is started once, not per call)
+
+
+# Its workers started and joined on every call, one per kv head (the output zeroed)
+THREAD_PER_CALL = r"""
+#include <pthread.h>
+#include <string.h>
+#include "sdpa_probe.h"
+static void *work(void *x) { return x; }
+int sdpa_forward(const sdpa_args *a) {
+  pthread_t th[64];
+  int64_t n = a->n_kv_heads < 64 ? a->n_kv_heads : 64;
+  for (int64_t h = 0; h < n; h++)
+    if (pthread_create(&th[h], NULL, work, NULL)) return SDPA_INVALID;
+  for (int64_t h = 0; h < n; h++) pthread_join(th[h], NULL);
+  memset(a->out.data, 0, a->batch * a->q_len * a->n_heads * a->head_dim * 4);
+  return SDPA_OK;
+}
+"""
+
+
+def test_threads_started_per_call_are_counted_and_a_pool_is_not(tmp_path):
+    src = tmp_path / "thread_per_call.c"
+    src.write_text(THREAD_PER_CALL)
+    per_call, pool = _count([{"shape": "decode-h8kv4d64-kv512-f32", "party": str(src)},
+                             {"shape": "decode-h8kv4d64-kv512-f32", "party": "flash"}],
+                            threads=2)
+    assert per_call["threads"] == 4 and pool["threads"] == 0
+    notes = bench._thread_start_notes([{"kernel": "user:t.c", "shape": "s",
+                                        "allocs": per_call, "peers": {"flash": {"allocs": pool}}}])
+    assert notes == ["user:t.c starts 4 threads on every call (e.g. s): a thread pool kept "
+                     "between calls would not"]
+    assert bench_cmd._allocs_cell(per_call).endswith("[yellow]4 threads[/]")
 
 
 def test_a_crashing_party_is_reported_and_the_rest_still_counted(tmp_path):

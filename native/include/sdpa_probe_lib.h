@@ -61,9 +61,11 @@ void sdpa_probe_alloc_stats(int64_t *count, int64_t *bytes);
 void sdpa_probe_alloc_reset(void);
 /* Every heap allocation of the process (malloc, calloc, realloc, the aligned
  * ones; every thread), counted by native/preload/alloc_count.c when it is
- * preloaded: allocations, bytes asked for, frees since the process started.
+ * preloaded: allocations, bytes asked for, frees and threads started since the
+ * process started.
  * SDPA_UNSUPPORTED (and nothing written) when it is not. */
-int sdpa_probe_process_alloc_stats(int64_t *allocs, int64_t *bytes, int64_t *frees);
+int sdpa_probe_process_alloc_stats(int64_t *allocs, int64_t *bytes, int64_t *frees,
+                                   int64_t *threads);
 /* The calling thread's floating-point control state (x86: MXCSR control bits and the
  * x87 control word; AArch64: FPCR; else the rounding mode), and its restore. */
 int64_t sdpa_probe_fp_control(void);

@@ -13,7 +13,9 @@
  * relaxed atomics: the worker reads the counters around calls of one party.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,7 +28,7 @@ extern void *__libc_valloc(size_t n);
 extern void *__libc_pvalloc(size_t n);
 extern void __libc_free(void *p);
 
-static atomic_llong n_allocs, n_bytes, n_frees;
+static atomic_llong n_allocs, n_bytes, n_frees, n_threads;
 
 static inline void counted(size_t bytes) {
   atomic_fetch_add_explicit(&n_allocs, 1, memory_order_relaxed);
@@ -97,10 +99,30 @@ EXPORT void *pvalloc(size_t n) {
   return __libc_pvalloc(n);
 }
 
+/* Threads started, by any library (std::thread, OpenMP and pthreadpool all come here):
+ * a kernel that starts its workers on every call pays for it every call, as one that
+ * allocates per block does (older llama.cpp started a graph's threads per compute). */
+typedef int (*pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
+                          void *arg) {
+  static _Atomic(pthread_create_fn) real;
+  pthread_create_fn f = atomic_load_explicit(&real, memory_order_acquire);
+  if (f == NULL) {
+    f = (pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+    if (f == NULL) return EAGAIN;
+    atomic_store_explicit(&real, f, memory_order_release);
+  }
+  const int r = f(t, attr, fn, arg);
+  if (r == 0) atomic_fetch_add_explicit(&n_threads, 1, memory_order_relaxed);
+  return r;
+}
+
 /* Read by sdpa_probe_process_alloc_stats (runtime.c) through a weak reference:
- * allocations, bytes asked for and frees since the process started. */
-EXPORT void sdpa_probe_preload_alloc_stats(int64_t *allocs, int64_t *bytes, int64_t *frees) {
+ * allocations, bytes asked for, frees and threads started since the process started. */
+EXPORT void sdpa_probe_preload_alloc_stats(int64_t *allocs, int64_t *bytes, int64_t *frees,
+                                           int64_t *threads) {
   *allocs = atomic_load_explicit(&n_allocs, memory_order_relaxed);
   *bytes = atomic_load_explicit(&n_bytes, memory_order_relaxed);
   *frees = atomic_load_explicit(&n_frees, memory_order_relaxed);
+  *threads = atomic_load_explicit(&n_threads, memory_order_relaxed);
 }

@@ -204,12 +204,13 @@ void sdpa_probe_alloc_reset(void) {
 
 /* Defined by native/preload/alloc_count.c when that library is preloaded (the
  * weak reference then resolves to it), else NULL. */
-extern void sdpa_probe_preload_alloc_stats(int64_t *allocs, int64_t *bytes, int64_t *frees)
-    __attribute__((weak));
+extern void sdpa_probe_preload_alloc_stats(int64_t *allocs, int64_t *bytes, int64_t *frees,
+                                           int64_t *threads) __attribute__((weak));
 
-int sdpa_probe_process_alloc_stats(int64_t *allocs, int64_t *bytes, int64_t *frees) {
+int sdpa_probe_process_alloc_stats(int64_t *allocs, int64_t *bytes, int64_t *frees,
+                                   int64_t *threads) {
   if (sdpa_probe_preload_alloc_stats == NULL) return SDPA_UNSUPPORTED;
-  sdpa_probe_preload_alloc_stats(allocs, bytes, frees);
+  sdpa_probe_preload_alloc_stats(allocs, bytes, frees, threads);
   return SDPA_OK;
 }
 

@@ -72,9 +72,10 @@ def _allocs_cell(c: dict | None) -> str:
         return "[dim]-[/]"
     if "error" in c:
         return "[red]failed[/]" if "died" in c["error"] else "[dim]n/a[/]"
-    n = c["allocs"]
+    n, t = c["allocs"], c.get("threads") or 0
     text = f"{n:,.0f}" if n == int(n) else f"{n:,.2f}"
-    return text if not n else f"{text} ({human_bytes(c['bytes'])})"
+    text = text if not n else f"{text} ({human_bytes(c['bytes'])})"
+    return text if t < 0.5 else f"{text}, [yellow]{t:g} threads[/]"
 
 
 def _allocs_table(doc: dict) -> Table | None:
@@ -85,7 +86,7 @@ def _allocs_table(doc: dict) -> Table | None:
         return None
     peers = [p for p in bench.ratio_columns(doc) if p != bench.F32_REFERENCE]
     t = Table(title="heap allocations per call (malloc / new / aligned, every thread; "
-                    "bytes asked for)", title_justify="left")
+                    "bytes asked for), and threads started per call", title_justify="left")
     t.add_column("shape", style="bold")
     t.add_column("kernel")
     t.add_column("kernel allocs", justify="right")
