@@ -613,12 +613,26 @@ def ratio_columns(doc: dict) -> list[str]:
 
 
 def measure(parties: Sequence[Party], rounds: int = 7, min_time: float = 0.05,
-            max_batch: int = 2000) -> dict[str, list[float]]:
-    """Interleaved timing: warm-up, then `rounds` rounds of one batch per party."""
+            max_batch: int = 2000, left: dict[str, list[str]] | None = None
+            ) -> dict[str, list[float]]:
+    """Interleaved timing: warm-up, then `rounds` rounds of one batch per party. A party
+    that leaves its caller changed (a pinned thread, FTZ on, OMP_NUM_THREADS set: what
+    `probe check` fails) would time every party after it in that state: it is put back
+    after each of its batches, and said in `left` (party name -> the changes)."""
+    from .caller_state import Guard
+
+    guard = Guard()
+
+    def put_back(name: str) -> None:
+        changed = guard.put_back()
+        if changed and left is not None:
+            left.setdefault(name, changed)
+
     est = {}
     for p in parties:
         p.run(1)  # warm-up: first-touch, thread pool start, lazy init
         est[p.name] = min(p.run(2))
+        put_back(p.name)
     batch = {p.name: int(min(max_batch, max(1, math.ceil(min_time / max(est[p.name], 1e-7)))))
              for p in parties}
     samples: dict[str, list[float]] = {p.name: [] for p in parties}
@@ -629,6 +643,7 @@ def measure(parties: Sequence[Party], rounds: int = 7, min_time: float = 0.05,
             if p.name in slow and r >= MIN_ROUNDS:
                 continue
             samples[p.name].extend(p.run(batch[p.name]))
+            put_back(p.name)
     return samples
 
 
@@ -751,9 +766,11 @@ def kernels_for(shape: Shape, kernels: Sequence[native.Kernel] | None) -> list[n
 TRIAL_CRASH = "crashed in a trial call"  # _first_call's reason when the child died
 
 
-def _first_call(party: NativeParty) -> str | None:
+def _first_call(party: NativeParty, left: dict[str, list[str]]) -> str | None:
     """Run a party's kernel once: None if it ran, else why it cannot be timed. A user
-    kernel's first call is tried in a child process first: a crash there costs the child."""
+    kernel's first call is tried in a child process first: a crash there costs the child.
+    What the call left changed in its caller is put back and said in `left`."""
+    from .caller_state import Guard
     from .errors import SdpaInvalid, SdpaUnsupported
     from .harness import trial_call
 
@@ -761,12 +778,17 @@ def _first_call(party: NativeParty) -> str | None:
         died = trial_call(party.kernel.build, dataclasses.asdict(party.shape), party.threads)
         if died:
             return f"{TRIAL_CRASH} ({died})"
+    guard = Guard()  # (read here: building a kernel sets PLAT in the environment)
     try:
         party.run(1)
     except SdpaUnsupported:
         return "returned SDPA_UNSUPPORTED"
     except SdpaInvalid as exc:
         return "returned " + str(exc).split(": ", 1)[-1]
+    finally:
+        changed = guard.put_back()
+        if changed:
+            left.setdefault(party.name, changed)
     return None
 
 
@@ -799,6 +821,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         threads = int(lib.sdpa_probe_default_threads())
     notes: list[str] = []
     crashed: list[str] = []  # "shape: kernel" whose trial call died (the command exits 1)
+    left_changed: dict[str, list[str]] = {}  # party -> what it left changed in its caller
     peers = list(peers)
     if "executorch" in peers:
         from .backends import executorch_library
@@ -845,7 +868,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
             parties: list[Party] = []
             for k in ks:  # (a user kernel says by its status whether it takes the shape)
                 party = NativeParty(k, shape, sets, threads)
-                why = _first_call(party)
+                why = _first_call(party, left_changed)
                 if why:
                     notes.append(f"{shape.name}: {k.name} {why}: skipped")
                     if why.startswith(TRIAL_CRASH):
@@ -890,7 +913,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                         peer_skips[p] = f"no {shape.dtype} path"
                     else:
                         party = NativeParty(k, shape, sets, threads)
-                        why = _first_call(party)
+                        why = _first_call(party, left_changed)
                         if why:
                             peer_skips[p] = why
                             if why.startswith(TRIAL_CRASH):
@@ -906,7 +929,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                         peer_skips[p] = why
                     else:
                         parties.append(executorch_party(shape, sets))
-            samples = measure(parties, rounds=rounds, min_time=min_time)
+            samples = measure(parties, rounds=rounds, min_time=min_time, left=left_changed)
             stats = {name: summarize(s) for name, s in samples.items()}
             same_bw = (read.nbytes / (stats[DRAM_READ]["median_us"] * 1e-6) / 1e9
                        if DRAM_READ in stats else None)
@@ -952,6 +975,9 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         if read is not None:
             read.close()
     load = monitor.result()
+    notes.extend(f"{name} left its caller changed ({'; '.join(what)}): put back after each of "
+                 "its batches, so that the parties after it ran as they should (probe check "
+                 "fails such a kernel)" for name, what in left_changed.items())
     if allocs and results:
         say("counting heap allocations per call")
         why = _count_allocs(results, spec_of, threads)

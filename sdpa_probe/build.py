@@ -212,8 +212,10 @@ def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str],
             libraries=["m"],
         )
         # distutils reads CC / LDSHARED from the environment; CFLAGS would be
-        # prepended to ours, so it is set aside during the build
-        saved = {k: os.environ.get(k) for k in ("CC", "LDSHARED", "CFLAGS")}
+        # prepended to ours, so it is set aside during the build. The whole environment
+        # is put back after it: setuptools sets PLAT, which `probe bench` and `profile`
+        # would otherwise see appear while a kernel runs (caller_state).
+        saved = dict(os.environ)
         os.environ["CC"] = " ".join(cc)
         # C++ objects link through the C++ driver, which adds its runtime library
         os.environ["LDSHARED"] = " ".join(cxx or cc) + " -shared"
@@ -227,10 +229,10 @@ def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str],
             detail = _first_error(text, str(exc).splitlines()[0])
             raise BuildError(f"compiling {module_name} failed: {detail}") from None
         finally:
+            for k in set(os.environ) - set(saved):
+                del os.environ[k]
             for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
+                if os.environ.get(k) != v:
                     os.environ[k] = v
         if not os.path.isfile(built):  # e.g. --cc /bin/true: "success", and nothing built
             raise BuildError(f"compiling {module_name} failed: {' '.join(cc)} exited 0 but "

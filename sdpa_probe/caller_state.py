@@ -72,6 +72,27 @@ def left_changed(before: CallerState) -> list[str]:
     return found
 
 
+class Guard:
+    """The caller as it was when made, the floating-point environment included, for the
+    commands that time kernels rather than judge them (probe bench): put_back() restores
+    what a call since changed and says what that was."""
+
+    def __init__(self) -> None:
+        from .native import fp_control
+
+        self.state, self.fp = read(), fp_control()
+
+    def put_back(self) -> list[str]:
+        from .native import describe_fp_change, fp_control, set_fp_control
+
+        changed = left_changed(self.state)
+        fp = fp_control()
+        if fp != self.fp:
+            changed.append("the floating-point environment: " + describe_fp_change(self.fp, fp))
+            set_fp_control(self.fp)
+        return changed
+
+
 def _short(text: str) -> str:
     return repr(text if len(text) <= _SHOWN else text[:_SHOWN] + "...")
 

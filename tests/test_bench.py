@@ -254,6 +254,28 @@ def test_a_user_kernel_is_timed_against_flash_in_the_same_rounds():
         r["peers"]["flash"]["median_us"] / r["median_us"], rel=1e-2, abs=1e-3)
 
 
+def test_a_kernel_that_leaves_its_caller_changed_is_put_back_and_said(tmp_path):
+    """FTZ / DAZ on and an environment variable set on every call: every party after it
+    would run so; each of its batches is followed by the caller put back, and a note."""
+    from conftest import EXAMPLE_KERNEL
+
+    from sdpa_probe import caller_state
+
+    entry = "int st = sdpa_validate_args(a);"
+    k = tmp_path / "ftz.c"
+    k.write_text("#include <stdlib.h>\n#include <xmmintrin.h>\n" + EXAMPLE_KERNEL.read_text()
+                 .replace(entry, "_mm_setcsr(_mm_getcsr() | 0x8040);"
+                          ' setenv("SDPA_PROBE_BENCH_LEFT", "1", 1);\n  ' + entry))
+    native.load_user_kernel(k)  # (built first: the build sets PLAT in the environment)
+    before, fp = caller_state.read(), native.fp_control()
+    doc = bench.run([bench.parse_shape("decode-h4kv2d64-kv64-f32")], kernels=[str(k)],
+                    peers=["flash"], threads=1, rounds=2, min_time=0.002, roofline=FAKE_ROOF)
+    assert native.fp_control() == fp and caller_state.changes(before, caller_state.read()) == []
+    (note,) = [n for n in doc["notes"] if "left its caller changed" in n]
+    assert note.startswith("user:ftz.c left its caller changed (")
+    assert "SDPA_PROBE_BENCH_LEFT set to '1'" in note and "flush-to-zero on" in note
+
+
 @needs_cxx
 def test_a_cxx_kernel_against_its_c_twin():
     """The C++ port of the minimal kernel as a kernel, the C one as its peer."""

@@ -337,6 +337,27 @@ def test_user_kernel_in_the_attention_slot(tmp_path):
     assert doc["ab"]["b"] == "user"
 
 
+def test_a_user_kernel_that_leaves_its_caller_changed_is_put_back_and_said(tmp_path):
+    """It sets an environment variable on every call: the fused graph timed after it
+    would run so; each of its steps is followed by the caller put back, and a warning."""
+    from conftest import EXAMPLE_KERNEL
+
+    from sdpa_probe import caller_state
+
+    entry = "int st = sdpa_validate_args(a);"
+    k = tmp_path / "env.c"
+    k.write_text("#include <stdlib.h>\n" + EXAMPLE_KERNEL.read_text().replace(
+        entry, 'setenv("SDPA_PROBE_PROFILE_LEFT", "1", 1);\n  ' + entry))
+    before = caller_state.read()
+    doc = json_run("--kernel", str(k), "--ab", "fused,user", "--context", "12")
+    assert doc["caller_changed"] == {
+        "user": ["the environment variable SDPA_PROBE_PROFILE_LEFT set to '1'"]}
+    assert caller_state.changes(before, caller_state.read()) == []
+    res = run(*TINY, *FAST, "--kernel", str(k), "--context", "12")
+    assert res.exit_code == 0 and "attention user left its caller changed" in res.stderr
+    assert json_run("--context", "12")["caller_changed"] == {}
+
+
 WRONG_KERNEL = """
 #include "sdpa_probe.h"
 int sdpa_forward(const sdpa_args *a) {  /* plausible-looking but wrong: all zeros */

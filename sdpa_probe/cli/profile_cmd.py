@@ -167,6 +167,10 @@ def profile_command(
             doc, runs = runner.profile(settings, progress=out.note, live=show)
     else:
         doc, runs = runner.profile(settings, progress=out.note)
+    for label, what in doc["caller_changed"].items():
+        out.warn(f"attention {label} left its caller changed ({'; '.join(what)}): put back "
+                 "after each of its steps, so that the other graph ran as it should (probe "
+                 "check fails such a kernel)")
     if json_path:
         out.write_json(json_path, doc)
     if csv_path:

@@ -314,26 +314,42 @@ def check_outputs(sess: Session, a: Attention, b: Attention, context: int) -> di
 
 def measure(sess: Session, atts: list[Attention], context: int,
             progress: Callable[[str], None] | None = None,
-            on_step: Callable[[list[Run]], None] | None = None) -> list[Run]:
+            on_step: Callable[[list[Run]], None] | None = None,
+            left: dict[str, list[str]] | None = None, guard=None) -> list[Run]:
     """Warm-up, then steps timed op by op, graphs interleaved (ABAB, BABA, ...).
-    on_step (if given) sees the partial runs after every round."""
+    on_step (if given) sees the partial runs after every round. A graph whose step
+    leaves the caller changed (its attention kernel pinned the thread, set FTZ or
+    OMP_NUM_THREADS: what `probe check` fails) would time the other graph in that state:
+    it is put back after each step (to `guard`'s state, caller_state.Guard; default: the
+    caller as it is now), and said in `left` (graph label -> the changes)."""
+    from ..caller_state import Guard
+
     s = sess.s
+    guard = guard or Guard()
     states = [sess.state(a) for a in atts]
     runs = [Run(a, context, st.ops) for a, st in zip(atts, states, strict=True)]
     pairs = list(zip(atts, states, runs, strict=True))
+
+    def step(a: Attention, st, **kw):
+        res = _step(st, a, s.token, context, **kw)
+        changed = guard.put_back()
+        if changed and left is not None:
+            left.setdefault(a.label, changed)
+        return res
+
     for _ in range(s.warmup):
         for a, st, _run in pairs:
-            _step(st, a, s.token, context)
+            step(a, st)
     for i in range(s.steps):
         order = pairs if i % 2 == 0 else pairs[::-1]
         for a, st, run in order:
-            wall, nat, rec, _ = _step(st, a, s.token, context)
+            wall, nat, rec, _ = step(a, st)
             run.wall_ns.append(wall)
             run.native_ns.append(nat)
             run.rec.append(rec)
         if s.untimed_every and i % s.untimed_every == 0:
             for a, st, run in order:
-                run.untimed_ns.append(_step(st, a, s.token, context, timed=False)[0])
+                run.untimed_ns.append(step(a, st, timed=False)[0])
         if on_step:
             on_step(runs)
         if progress and (i + 1) % max(1, s.steps // 4) == 0:
@@ -523,6 +539,8 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
             live_interval: float = 0.5) -> tuple[dict, list[Run]]:
     """Run everything the settings ask for; returns (result document, raw runs).
     live (if given) gets (header, partial per-graph summaries) at most every live_interval s."""
+    from ..caller_state import Guard
+
     note = progress or (lambda _msg: None)
     validate(s)
     atts = [resolve_attention(a, s.cache, s.kernel_path) for a in s.attention]
@@ -569,11 +587,20 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
                 live(head, [summary(r) for r in rs])
 
     sess = Session(s, plan["capacity"])
+    left: dict[str, list[str]] = {}  # graph -> what its steps left changed in the caller
+    guard = Guard()
+
+    def put_back(label: str) -> None:
+        changed = guard.put_back()
+        if changed:
+            left.setdefault(label, changed)
+
     try:
         checks, runs, summaries, abs_ = [], [], {}, []
         for ctx in sorted(set(s.contexts)):
             for ref, other in pairs:
                 chk = check_outputs(sess, ref, other, ctx)
+                put_back(other.label)
                 checks.append(chk)
                 if not chk["ok"]:
                     raise ProbeError(f"{other.title} disagrees with {ref.title} at context "
@@ -583,7 +610,7 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
                               for c in checks[-len(pairs):])
             note(f"context {ctx}: {' vs '.join(a.title for a in atts)}, "
                  f"{s.warmup} warm-up + {s.steps} steps (logits agree: {agree})")
-            rs = measure(sess, atts, ctx, None if live else progress, on_step)
+            rs = measure(sess, atts, ctx, None if live else progress, on_step, left, guard)
             runs.extend(rs)
             for r in rs:
                 summaries[(r.attention.label, ctx)] = summary(r)
@@ -594,10 +621,12 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
             if s.pp:
                 note(f"pp{s.pp}: {a.title}")
                 rates["pp"].append(token_rate(sess, a, 0, s.pp))
+                put_back(a.label)
             if s.tg:
                 for ctx in sorted(set(s.contexts)):
                     note(f"tg{s.tg} at context {ctx}: {a.title}")
                     rates["tg"].append(token_rate(sess, a, ctx, s.tg) | {"context": ctx})
+                    put_back(a.label)
     finally:
         sess.close()
 
@@ -615,6 +644,8 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
         "overhead_pct": primary["overhead_pct"], "tokens_per_s": primary["tokens_per_s"],
         "runs": list(summaries.values()),
         "checks": checks,
+        # graph -> what its steps left changed in the caller (put back after each step)
+        "caller_changed": left,
     }
     if len(contexts) > 1:
         doc["sweep"] = [{"context": c,
