@@ -375,13 +375,93 @@ def growth_per_call(backend, data, out) -> dict:
     return growth
 
 
+# A kernel given n_threads = 1 that has other threads at work while it runs: a sampler
+# thread reads every thread's scheduler state during repeated calls (at least
+# THREADS_SAMPLES samples, at most THREADS_MAX_SECONDS); another thread than the caller
+# running or waiting for a CPU in THREADS_BUSY of them or more is more than one thread.
+THREADS_SAMPLES, THREADS_MAX_SECONDS, THREADS_MAX_CALLS, THREADS_BUSY = 16, 0.05, 4096, 0.5
+# ... once no other thread has been at work for THREADS_QUIET seconds running: torch's
+# OpenMP workers spin for a while after its ops (the oracle's), and were seen in 10 % of
+# flash's default cases otherwise; waited for at most THREADS_SETTLE seconds.
+THREADS_QUIET, THREADS_SETTLE = 0.001, 0.2
+
+
+def _runnable_threads(skip: int) -> int | None:
+    """Threads of this process other than `skip` running or waiting for a CPU (state R in
+    /proc/self/task/*/stat); None without /proc."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    n = 0
+    for tid in tids:
+        if int(tid) == skip:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:  # (ended since the listing)
+            continue
+        n += stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] == b"R"
+    return n
+
+
+def thread_use(backend, data, out) -> dict | None:
+    """While an ABI kernel's call is repeated, the share of samples in which a thread other
+    than the caller was running or runnable (`busy`), with `samples` and `calls`; None
+    where it cannot be judged (no /proc, one CPU allowed, too few samples). Scheduler
+    states, not CPU time: another process on the same CPUs (probe check's other worker)
+    takes CPU time from a kernel's extra thread, not its runnable state. A kernel that
+    hands its work to one worker and sleeps keeps one thread at work, as it may; one whose
+    caller computes while a worker spins or computes too keeps two."""
+    import threading
+
+    try:
+        if len(os.sched_getaffinity(0)) < 2 or _runnable_threads(-1) is None:
+            return None
+    except (AttributeError, OSError):
+        return None
+    call = backend.prepare(data, out)
+    caller, seen, stop = threading.get_native_id(), [], threading.Event()
+    t0 = quiet = time.perf_counter()
+    while time.perf_counter() - quiet < THREADS_QUIET:
+        if _runnable_threads(caller):
+            quiet = time.perf_counter()
+            if quiet - t0 > THREADS_SETTLE:
+                return None  # (something else is at work in this process)
+        time.sleep(0.0002)
+
+    def sample() -> None:
+        me = threading.get_native_id()
+        while not stop.is_set():
+            n = _runnable_threads(me)
+            seen.append(n is not None and n >= 2)  # (the caller is one of them)
+            time.sleep(0.0002)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    n, t0 = 0, time.perf_counter()
+    sampler.start()
+    try:
+        while (n < THREADS_MAX_CALLS and len(seen) < THREADS_SAMPLES
+               and time.perf_counter() - t0 < THREADS_MAX_SECONDS):
+            backend.run(data, out, call)
+            n += 1
+    finally:
+        stop.set()
+        sampler.join()
+    if len(seen) < THREADS_SAMPLES // 2:
+        return None
+    return {"busy": sum(seen) / len(seen), "samples": len(seen), "calls": n}
+
+
 def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None:
     """The verdict's last layer, the call made again: a kernel whose heap grows on every
     repeat (a leak) fails, and so does one whose answer changes when the same call is
     made once more into the same output, poisoned again (state a call leaves behind:
     a staging buffer zeroed only when allocated, a result kept by address). A repeat
     that passes but differs bit for bit sets rec["repeatable"] False (a note, not a
-    failure: a reduction order that follows thread timing)."""
+    failure: a reduction order that follows thread timing). Last, a kernel given one
+    thread is called again while its threads are watched (thread_use)."""
     from . import caller_state
     from .backends import describe_failure
     from .native import fp_control, set_fp_control
@@ -431,6 +511,22 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
                    "poisoned again, gives another answer: " + again.reason)
         return
     rec["repeatable"] = bool(np.array_equal(first, out.values(), equal_nan=True))
+    if case.n_threads != 1 or not hasattr(backend, "prepare"):
+        return
+    try:  # (more calls, after the answers above were judged)
+        use = thread_use(backend, prep.data, out)
+    except Exception:  # (its repeats passed: a call that fails here is not this layer's)
+        use = None
+    finally:
+        set_fp_control(fp)
+        caller_state.left_changed(state)
+    if use and use["busy"] >= THREADS_BUSY:
+        rec.update(status="fail", reason=(
+            f"kept more than the one thread it was given at work (n_threads = 1): in "
+            f"{use['busy']:.0%} of {use['samples']} samples over {use['calls']} identical "
+            "calls a thread besides the caller was running or waiting for a CPU; a runtime "
+            "that gives SDPA one thread runs its own work on the others (threads started "
+            "regardless of n_threads, or spinning)"))
 
 
 def retry_on_fresh_inputs(rec: dict, backend, case: Case, prep: Prepared,

@@ -927,6 +927,44 @@ def test_the_allocators_warm_up_in_a_fresh_process_is_not_a_leak():
     assert res.returncode == 0, res.stdout[-3000:]
 
 
+SPINNING_HELPER = """#include <pthread.h>
+#include <stdatomic.h>
+static atomic_int stop_;
+static void *spin_(void *x) { while (!atomic_load(&stop_)) { } return x; }
+static int forward_(const sdpa_args *a);
+int sdpa_forward(const sdpa_args *a) {  /* a worker that spins while the caller computes */
+  pthread_t th;
+  atomic_store(&stop_, 0);
+  if (pthread_create(&th, NULL, spin_, NULL)) return SDPA_INVALID;
+  int r = forward_(a);
+  atomic_store(&stop_, 1);
+  pthread_join(th, NULL);
+  return r;
+}
+static int forward_("""
+
+
+def test_a_kernel_that_keeps_a_second_thread_at_work_with_one_thread_given(tmp_path):
+    """n_threads = 1 and a worker spinning beside the computing caller (threads started
+    regardless of n_threads, a pool that spins): right answers, two threads at work. The
+    same case with n_threads = 2 is not judged, and the built-in kernels pass."""
+    import os
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: a second thread cannot be at work beside the caller")
+    k = tmp_path / "spin.c"
+    k.write_text(SRC.replace("int sdpa_forward(", SPINNING_HELPER, 1))
+    backend = NativeBackend("spin", load_user_kernel(k))
+    case = Case("bug", kv_len=2100, n_heads=8, n_kv_heads=2)
+    rec = run_one(backend, case, prepare_case(case))
+    assert rec["status"] == "fail" and "kept more than the one thread it was given" in \
+        rec["reason"], rec
+    two = Case("bug", kv_len=2100, n_heads=8, n_kv_heads=2, n_threads=2)
+    assert run_one(backend, two, prepare_case(two))["status"] == "pass"
+    for name in ("flash", "decomposed"):
+        assert run_one(NativeBackend(name), case, prepare_case(case))["status"] == "pass"
+
+
 def test_a_leak_on_one_path_is_caught_by_the_case_that_takes_it(tmp_path):
     """An empty-cache fast path that returns before freeing the scratch: its outputs are
     right everywhere, and only the kv_len-0 case, which takes that path, leaks."""
