@@ -157,6 +157,8 @@ def _run_concurrent(backend, case: Case, prep: Prepared, keep_output: bool) -> d
     which call it was."""
     import threading
 
+    from . import caller_state
+
     preps = [prep] + [prepare_case(dataclasses.replace(
         case, seed=case.seed + OTHER_INPUTS_SEED_STEP * k)) for k in range(1, case.callers)]
     barrier = threading.Barrier(case.callers)
@@ -184,16 +186,22 @@ def _run_concurrent(backend, case: Case, prep: Prepared, keep_output: bool) -> d
             barrier.abort()
 
     threads = [threading.Thread(target=caller, args=(k,)) for k in range(case.callers)]
+    state = caller_state.read()  # (read per call, one caller would restore another's change)
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    changed = caller_state.left_changed(state)
     for k, (r, rec) in enumerate(found):
         if rec["status"] != "pass":
             if rec["status"] in ("fail", "error"):
                 rec["reason"] = (f"with {case.callers} concurrent calls (caller {k + 1}, round "
                                  f"{r + 1} of {CONCURRENT_ROUNDS}): {rec['reason']}")
             return rec
+    if changed:
+        found[0][1].update(status="fail", reason=(
+            f"left its caller changed after {case.callers} concurrent calls: "
+            + "; ".join(changed)))
     return found[0][1]
 
 
@@ -261,7 +269,8 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
     guard = InputGuard(prep.data)
     if before_call is not None:
         before_call()
-    state_before = caller_state.read()
+    # (concurrent callers: the process's state is read around all of them, _run_concurrent)
+    state_before = caller_state.read() if before_call is None else None
     fp_before = fp_control()
     fp_changed, state_changed = None, []
     t0 = time.perf_counter()
@@ -273,7 +282,8 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
             if fp_after != fp_before:
                 fp_changed = describe_fp_change(fp_before, fp_after)
                 set_fp_control(fp_before)
-            state_changed = caller_state.left_changed(state_before)
+            if state_before is not None:
+                state_changed = caller_state.left_changed(state_before)
     except Unsupported as exc:
         rec.update(status="unsupported", reason=str(exc), seconds=time.perf_counter() - t0)
         return rec
@@ -526,7 +536,7 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
             f"{use['busy']:.0%} of {use['samples']} samples over {use['calls']} identical "
             "calls a thread besides the caller was running or waiting for a CPU; a runtime "
             "that gives SDPA one thread runs its own work on the others (threads started "
-            "regardless of n_threads, or spinning)"))
+            "regardless of n_threads, or spinning)"), _no_retry=True)  # (not the inputs')
 
 
 def retry_on_fresh_inputs(rec: dict, backend, case: Case, prep: Prepared,
@@ -613,7 +623,8 @@ def _worker_main(conn, setup: dict) -> None:
                 if name not in backends:
                     backends[name] = make_backend(name)
                 rec = run_one(backends[name], case, prep)
-                if rec["status"] == "fail" and not case.invalid:
+                about_inputs = not rec.pop("_no_retry", False)  # (a sampled verdict)
+                if rec["status"] == "fail" and not case.invalid and about_inputs:
                     retry_on_fresh_inputs(rec, backends[name], case, prep, earlier.get(name))
             except Exception as exc:
                 rec = base_record(name, case)

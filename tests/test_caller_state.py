@@ -99,6 +99,19 @@ def test_a_change_made_only_by_a_later_call_is_caught_by_the_repeats(tmp_path):
     assert "SDPA_PROBE_TEST_LATE" not in caller_state.read().env
 
 
+def test_concurrent_callers_do_not_make_a_change_the_new_normal(tmp_path):
+    """Read around each call, the second caller's 'before' held the first one's change and
+    put it back as found: every case after passed (28 of the default suite's)."""
+    backend = _kernel(tmp_path, "env_c2", 'setenv("SDPA_PROBE_TEST_C2", "1", 1);')
+    two = Case("threads", q_len=1, kv_len=100, n_heads=8, n_kv_heads=2, callers=2)
+    one = Case("bug", kv_len=20)
+    recs = [run_one(backend, c, prepare_case(c)) for c in (two, one)]
+    assert all(r["status"] == "fail" and "SDPA_PROBE_TEST_C2 set to '1'" in r["reason"]
+               for r in recs), recs
+    assert recs[0]["reason"].startswith("left its caller changed after 2 concurrent calls")
+    assert "SDPA_PROBE_TEST_C2" not in caller_state.read().env
+
+
 def test_check_cli_names_the_change_in_every_record(tmp_path):
     """Through `probe check` (worker processes): each case fails by it, none by another
     layer, so the worker's state is put back between cases."""
