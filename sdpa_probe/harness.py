@@ -385,10 +385,11 @@ def growth_per_call(backend, data, out) -> dict:
     return growth
 
 
-# A kernel given n_threads = 1 that has other threads at work while it runs: a sampler
+# A kernel that has more threads at work than the n_threads it was given: a sampler
 # thread reads every thread's scheduler state during repeated calls (at least
-# THREADS_SAMPLES samples, at most THREADS_MAX_SECONDS); another thread than the caller
-# running or waiting for a CPU in THREADS_BUSY of them or more is more than one thread.
+# THREADS_SAMPLES samples, at most THREADS_MAX_SECONDS); more than n_threads of them
+# running or waiting for a CPU (the caller included) in THREADS_BUSY of the samples or
+# more is more than it was given.
 THREADS_SAMPLES, THREADS_MAX_SECONDS, THREADS_MAX_CALLS, THREADS_BUSY = 16, 0.05, 4096, 0.5
 # ... once no other thread has been at work for THREADS_QUIET seconds running: torch's
 # OpenMP workers spin for a while after its ops (the oracle's), and were seen in 10 % of
@@ -416,14 +417,16 @@ def _runnable_threads(skip: int) -> int | None:
     return n
 
 
-def thread_use(backend, data, out) -> dict | None:
-    """While an ABI kernel's call is repeated, the share of samples in which a thread other
-    than the caller was running or runnable (`busy`), with `samples` and `calls`; None
-    where it cannot be judged (no /proc, one CPU allowed, too few samples). Scheduler
-    states, not CPU time: another process on the same CPUs (probe check's other worker)
-    takes CPU time from a kernel's extra thread, not its runnable state. A kernel that
-    hands its work to one worker and sleeps keeps one thread at work, as it may; one whose
-    caller computes while a worker spins or computes too keeps two."""
+def thread_use(backend, data, out, limit: int = 1) -> dict | None:
+    """While an ABI kernel's call is repeated, the share of samples in which more than
+    `limit` of the process's threads, the caller included, were running or runnable
+    (`busy`), with `samples` and `calls`; None where it cannot be judged (no /proc, one
+    CPU allowed, too few samples). Scheduler states, not CPU time: another process on the
+    same CPUs (probe check's other worker) takes CPU time from a kernel's extra thread,
+    not its runnable state, and a thread waiting for a CPU counts (so 3 threads at work
+    show on 2 CPUs). A kernel that hands its work to one worker and sleeps keeps one
+    thread at work, as it may; one whose caller computes, or spins waiting, while a worker
+    computes keeps two."""
     import threading
 
     try:
@@ -445,7 +448,7 @@ def thread_use(backend, data, out) -> dict | None:
         me = threading.get_native_id()
         while not stop.is_set():
             n = _runnable_threads(me)
-            seen.append(n is not None and n >= 2)  # (the caller is one of them)
+            seen.append(n is not None and n > limit)  # (the caller is one of them)
             time.sleep(0.0002)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -521,22 +524,25 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
                    "poisoned again, gives another answer: " + again.reason)
         return
     rec["repeatable"] = bool(np.array_equal(first, out.values(), equal_nan=True))
-    if case.n_threads != 1 or not hasattr(backend, "prepare"):
+    if case.n_threads < 1 or not hasattr(backend, "prepare"):
         return
     try:  # (more calls, after the answers above were judged)
-        use = thread_use(backend, prep.data, out)
+        use = thread_use(backend, prep.data, out, case.n_threads)
     except Exception:  # (its repeats passed: a call that fails here is not this layer's)
         use = None
     finally:
         set_fp_control(fp)
         caller_state.left_changed(state)
     if use and use["busy"] >= THREADS_BUSY:
+        n = case.n_threads
+        given = "the one thread" if n == 1 else f"the {n} threads"
         rec.update(status="fail", reason=(
-            f"kept more than the one thread it was given at work (n_threads = 1): in "
+            f"kept more than {given} it was given at work (n_threads = {n}): in "
             f"{use['busy']:.0%} of {use['samples']} samples over {use['calls']} identical "
-            "calls a thread besides the caller was running or waiting for a CPU; a runtime "
-            "that gives SDPA one thread runs its own work on the others (threads started "
-            "regardless of n_threads, or spinning)"), _no_retry=True)  # (not the inputs')
+            f"calls more than {n} of its threads, the caller included, were running or "
+            f"waiting for a CPU; a runtime that gives SDPA {n} thread{'s' if n > 1 else ''} "
+            "runs its own work on the others (threads started regardless of n_threads, or "
+            "spinning)"), _no_retry=True)  # (not the inputs')
 
 
 def retry_on_fresh_inputs(rec: dict, backend, case: Case, prep: Prepared,

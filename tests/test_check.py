@@ -947,7 +947,8 @@ static int forward_("""
 def test_a_kernel_that_keeps_a_second_thread_at_work_with_one_thread_given(tmp_path):
     """n_threads = 1 and a worker spinning beside the computing caller (threads started
     regardless of n_threads, a pool that spins): right answers, two threads at work. The
-    same case with n_threads = 2 is not judged, and the built-in kernels pass."""
+    same kernel given 2 passes, with two such workers it does not, and the built-in
+    kernels pass."""
     import os
 
     if len(os.sched_getaffinity(0)) < 2:
@@ -960,9 +961,37 @@ def test_a_kernel_that_keeps_a_second_thread_at_work_with_one_thread_given(tmp_p
     assert rec["status"] == "fail" and "kept more than the one thread it was given" in \
         rec["reason"], rec
     two = Case("bug", kv_len=2100, n_heads=8, n_kv_heads=2, n_threads=2)
-    assert run_one(backend, two, prepare_case(two))["status"] == "pass"
+    assert run_one(backend, two, prepare_case(two))["status"] == "pass"  # (2 at work)
+    k3 = tmp_path / "spin2.c"  # two spinning workers beside the caller: 3 given 2
+    k3.write_text(SRC.replace("int sdpa_forward(", SPINNING_HELPER.replace(
+        "pthread_t th;", "pthread_t th, th2;").replace(
+        "if (pthread_create(&th, NULL, spin_, NULL)) return SDPA_INVALID;",
+        "if (pthread_create(&th, NULL, spin_, NULL)) return SDPA_INVALID;\n"
+        "  if (pthread_create(&th2, NULL, spin_, NULL)) return SDPA_INVALID;").replace(
+        "pthread_join(th, NULL);", "pthread_join(th, NULL);\n  pthread_join(th2, NULL);"), 1))
+    rec = run_one(NativeBackend("spin2", load_user_kernel(k3)), two, prepare_case(two))
+    assert rec["status"] == "fail" and "more than the 2 threads it was given" in rec["reason"]
     for name in ("flash", "decomposed"):
         assert run_one(NativeBackend(name), case, prepare_case(case))["status"] == "pass"
+
+
+def test_the_pool_wakes_only_the_workers_a_call_was_given():
+    """One 64-thread call grew the pool to its full size; every later 2-thread call then
+    woke all its workers, each spinning a while: up to 15 threads runnable, the call 3.8x
+    slower (310 -> 1,178 us at 32 heads, kv 4097, here), and probe check failed 6 cases of
+    the full suite by its thread sampling."""
+    import os
+
+    from sdpa_probe.harness import thread_use
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: a second thread cannot be at work beside the caller")
+    wide = Case("threads", q_len=1, kv_len=1030, n_heads=8, n_kv_heads=2, n_threads=64)
+    assert run_one(NativeBackend("flash"), wide, prepare_case(wide))["status"] == "pass"
+    two = Case("threads", q_len=1, kv_len=4097, n_heads=32, n_kv_heads=8, n_threads=2)
+    prep = prepare_case(two)
+    use = thread_use(NativeBackend("flash"), prep.data, out_buffer(two), limit=2)
+    assert use is None or use["busy"] < 0.5, use
 
 
 def test_a_leak_on_one_path_is_caught_by_the_case_that_takes_it(tmp_path):

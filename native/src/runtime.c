@@ -254,8 +254,14 @@ int sdpa_probe_default_threads(void) {
 }
 
 /* ---- thread pool ------------------------------------------------------
- * Workers spin briefly on a generation counter, then sleep on a condition
- * variable. A call posts a job (on the caller's stack); tasks are handed out
+ * Workers spin briefly on a generation counter, then sleep, each on its own
+ * condition variable. A job names how many threads may take part (`width`, the
+ * call's n_threads): only those workers are signalled, and a spinning worker
+ * outside it goes back to sleep at once. (With one broadcast for every job, a
+ * pool grown by one 64-thread call woke all its workers on every later 2-thread
+ * call, each then spinning: up to 15 threads runnable and the call 4x slower,
+ * seen by probe check's thread sampling.) A call posts a job (on the caller's
+ * stack); tasks are handed out
  * by the job's atomic counter and the calling thread works too. The caller
  * waits for the tasks, not for the workers: a worker that was descheduled and
  * never picked the job up cannot stall the call. Once every task is done the
@@ -275,11 +281,12 @@ typedef struct {
 
 typedef struct {
   pthread_mutex_t mu;
-  pthread_cond_t cv;
+  pthread_cond_t cv[SDPA_PROBE_MAX_THREADS]; /* worker id's own */
   pthread_mutex_t call_mu; /* one parallel_for at a time */
   int n_workers;
   pthread_t th[SDPA_PROBE_MAX_THREADS];
   _Atomic uint64_t gen;
+  _Atomic int width;       /* worker ids below it take part in job gen */
   job_t *job;              /* under mu */
   pid_t pid;
 } pool_t;
@@ -303,7 +310,13 @@ static void *worker_main(void *arg) {
   t_in_pool = 1;
   for (;;) {
     int spins = 0;
-    while (atomic_load_explicit(&g_pool.gen, memory_order_acquire) == seen) {
+    for (;;) { /* until a job this worker takes part in */
+      const uint64_t g = atomic_load_explicit(&g_pool.gen, memory_order_acquire);
+      if (g != seen) {
+        if (atomic_load_explicit(&g_pool.width, memory_order_relaxed) > id) break;
+        seen = g; /* a narrower job: not ours, and no spinning for it */
+        spins = 20000;
+      }
       if (++spins < 20000) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
@@ -311,7 +324,7 @@ static void *worker_main(void *arg) {
         continue;
       }
       pthread_mutex_lock(&g_pool.mu);
-      while (atomic_load(&g_pool.gen) == seen) pthread_cond_wait(&g_pool.cv, &g_pool.mu);
+      while (atomic_load(&g_pool.gen) == seen) pthread_cond_wait(&g_pool.cv[id], &g_pool.mu);
       pthread_mutex_unlock(&g_pool.mu);
     }
     pthread_mutex_lock(&g_pool.mu);
@@ -330,7 +343,8 @@ static void *worker_main(void *arg) {
 
 static void pool_reset_locked(void) {
   pthread_mutex_init(&g_pool.mu, NULL);
-  pthread_cond_init(&g_pool.cv, NULL);
+  for (int i = 0; i < SDPA_PROBE_MAX_THREADS; i++) pthread_cond_init(&g_pool.cv[i], NULL);
+  atomic_store(&g_pool.width, 0);
   pthread_mutex_init(&g_pool.call_mu, NULL);
   g_pool.n_workers = 0;
   g_pool.job = NULL;
@@ -388,8 +402,9 @@ void sdpa_probe_parallel_for(int n_threads, int64_t n_tasks, sdpa_probe_task_fn 
   pthread_mutex_lock(&g_pool.call_mu);
   pthread_mutex_lock(&g_pool.mu);
   g_pool.job = &job;
-  atomic_fetch_add_explicit(&g_pool.gen, 1, memory_order_release);
-  pthread_cond_broadcast(&g_pool.cv);
+  atomic_store_explicit(&g_pool.width, n_threads, memory_order_relaxed);
+  atomic_fetch_add_explicit(&g_pool.gen, 1, memory_order_release); /* (width with it) */
+  for (int k = 1; k < n_threads; k++) pthread_cond_signal(&g_pool.cv[k]);
   pthread_mutex_unlock(&g_pool.mu);
 
   t_in_pool = 1;
