@@ -621,18 +621,12 @@ def measure(parties: Sequence[Party], rounds: int = 7, min_time: float = 0.05,
     after each of its batches, and said in `left` (party name -> the changes)."""
     from .caller_state import Guard
 
-    guard = Guard()
-
-    def put_back(name: str) -> None:
-        changed = guard.put_back()
-        if changed and left is not None:
-            left.setdefault(name, changed)
-
+    guard = Guard(left)
     est = {}
     for p in parties:
         p.run(1)  # warm-up: first-touch, thread pool start, lazy init
         est[p.name] = min(p.run(2))
-        put_back(p.name)
+        guard.put_back(p.name)
     batch = {p.name: int(min(max_batch, max(1, math.ceil(min_time / max(est[p.name], 1e-7)))))
              for p in parties}
     samples: dict[str, list[float]] = {p.name: [] for p in parties}
@@ -643,7 +637,7 @@ def measure(parties: Sequence[Party], rounds: int = 7, min_time: float = 0.05,
             if p.name in slow and r >= MIN_ROUNDS:
                 continue
             samples[p.name].extend(p.run(batch[p.name]))
-            put_back(p.name)
+            guard.put_back(p.name)
     return samples
 
 
@@ -778,7 +772,7 @@ def _first_call(party: NativeParty, left: dict[str, list[str]]) -> str | None:
         died = trial_call(party.kernel.build, dataclasses.asdict(party.shape), party.threads)
         if died:
             return f"{TRIAL_CRASH} ({died})"
-    guard = Guard()  # (read here: building a kernel sets PLAT in the environment)
+    guard = Guard(left)  # (read here, after the kernel's build)
     try:
         party.run(1)
     except SdpaUnsupported:
@@ -786,9 +780,7 @@ def _first_call(party: NativeParty, left: dict[str, list[str]]) -> str | None:
     except SdpaInvalid as exc:
         return "returned " + str(exc).split(": ", 1)[-1]
     finally:
-        changed = guard.put_back()
-        if changed:
-            left.setdefault(party.name, changed)
+        guard.put_back(party.name)
     return None
 
 

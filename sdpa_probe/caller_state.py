@@ -74,15 +74,16 @@ def left_changed(before: CallerState) -> list[str]:
 
 class Guard:
     """The caller as it was when made, the floating-point environment included, for the
-    commands that time kernels rather than judge them (probe bench): put_back() restores
-    what a call since changed and says what that was."""
+    commands that time kernels rather than judge them (probe bench, probe profile):
+    put_back(who) restores what a call since changed, says what that was, and keeps the
+    first such changes of each `who` in `left` (if given: who -> the changes)."""
 
-    def __init__(self) -> None:
+    def __init__(self, left: dict[str, list[str]] | None = None) -> None:
         from .native import fp_control
 
-        self.state, self.fp = read(), fp_control()
+        self.state, self.fp, self.left = read(), fp_control(), left
 
-    def put_back(self) -> list[str]:
+    def put_back(self, who: str | None = None) -> list[str]:
         from .native import describe_fp_change, fp_control, set_fp_control
 
         changed = left_changed(self.state)
@@ -90,6 +91,8 @@ class Guard:
         if fp != self.fp:
             changed.append("the floating-point environment: " + describe_fp_change(self.fp, fp))
             set_fp_control(self.fp)
+        if changed and who is not None and self.left is not None:
+            self.left.setdefault(who, changed)
         return changed
 
 

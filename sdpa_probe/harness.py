@@ -413,7 +413,8 @@ def _runnable_threads(skip: int) -> int | None:
                 stat = fh.read()
         except OSError:  # (ended since the listing)
             continue
-        n += stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] == b"R"
+        state = stat.rindex(b")") + 2  # (after the name, which may hold anything)
+        n += stat[state:state + 1] == b"R"
     return n
 
 
@@ -481,6 +482,11 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
 
     first = out.values()  # (float64: F16 / BF16 exactly)
     fp, state = fp_control(), caller_state.read()
+
+    def put_back() -> list[str]:  # (the first call's environment check stands)
+        set_fp_control(fp)
+        return caller_state.left_changed(state)
+
     changed: list[str] = []
     try:
         grew = growth_per_call(backend, prep.data, out)
@@ -490,9 +496,8 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
         rec.update(status="fail", reason="a repeated, identical call failed: "
                    + describe_failure(exc))
         return
-    finally:  # (the first call's environment check stands; the cases after run in it)
-        set_fp_control(fp)
-        changed = caller_state.left_changed(state)
+    finally:  # (the cases after run in the caller as it was)
+        changed = put_back()
     if changed:
         rec.update(status="fail", reason=(
             f"left its caller changed on a repeat of the same call ({LEAK_WARMUP + LEAK_CALLS + 1}"
@@ -531,8 +536,7 @@ def _repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None
     except Exception:  # (its repeats passed: a call that fails here is not this layer's)
         use = None
     finally:
-        set_fp_control(fp)
-        caller_state.left_changed(state)
+        put_back()
     if use and use["busy"] >= THREADS_BUSY:
         n = case.n_threads
         given = "the one thread" if n == 1 else f"the {n} threads"

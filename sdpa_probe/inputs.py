@@ -408,8 +408,7 @@ class OutBuffer:
         if not n:
             return 0, None
         # the copy seen through the view's own offset and strides (a view may be strided)
-        off = (self.view.__array_interface__["data"][0]
-               - self.arena.__array_interface__["data"][0]) // self.arena.itemsize
+        off = self._view_offset() // self.arena.itemsize
         then = np.lib.stride_tricks.as_strided(self.at_return.reshape(-1)[off:],
                                                shape=self.view.shape,
                                                strides=self.view.strides)
@@ -422,10 +421,14 @@ class OutBuffer:
         storing (read live, poison could be gone by the poison layer and still be in the
         values the error layer compares)."""
         arena = self.arena.copy()
-        off = (self.view.__array_interface__["data"][0]
-               - self.arena.__array_interface__["data"][0])
-        view = np.ndarray(self.view.shape, self.view.dtype, arena, off, self.view.strides)
+        view = np.ndarray(self.view.shape, self.view.dtype, arena, self._view_offset(),
+                          self.view.strides)
         return OutBuffer(arena, view, self.inside, self.at_return)
+
+    def _view_offset(self) -> int:
+        """Bytes from the arena's start to the view's first element."""
+        return (self.view.__array_interface__["data"][0]
+                - self.arena.__array_interface__["data"][0])
 
     @property
     def bits_dtype(self):

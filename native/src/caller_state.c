@@ -53,6 +53,8 @@ static int read_umask(void) {
   return mask;
 }
 
+static const int timers[SDPA_PROBE_CS_TIMERS] = {ITIMER_REAL, ITIMER_VIRTUAL, ITIMER_PROF};
+
 static int64_t tv_us(struct timeval tv) { return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec; }
 static int64_t rlim_i64(rlim_t r) { return r == RLIM_INFINITY ? -1 : (int64_t)r; }
 static rlim_t i64_rlim(int64_t v) { return v < 0 ? RLIM_INFINITY : (rlim_t)v; }
@@ -82,7 +84,6 @@ int sdpa_probe_caller_state_read(sdpa_probe_caller_state *s) {
     struct rlimit rl;
     if (getrlimit(r, &rl) == 0) s->rlim_cur[r] = rlim_i64(rl.rlim_cur), s->rlim_max[r] = rlim_i64(rl.rlim_max);
   }
-  const int timers[SDPA_PROBE_CS_TIMERS] = {ITIMER_REAL, ITIMER_VIRTUAL, ITIMER_PROF};
   for (int t = 0; t < SDPA_PROBE_CS_TIMERS; t++) {
     struct itimerval it;
     if (getitimer(timers[t], &it) == 0)
@@ -135,7 +136,6 @@ int sdpa_probe_caller_state_restore(const sdpa_probe_caller_state *b,
       struct rlimit rl = {i64_rlim(b->rlim_cur[r]), i64_rlim(b->rlim_max[r])};
       failed += setrlimit(r, &rl) != 0;
     }
-  const int timers[SDPA_PROBE_CS_TIMERS] = {ITIMER_REAL, ITIMER_VIRTUAL, ITIMER_PROF};
   for (int t = 0; t < SDPA_PROBE_CS_TIMERS; t++) {
     const int was = b->timer_value_us[t] != 0, is = n->timer_value_us[t] != 0;
     if (!was && is) { /* armed by the call: a signal later, in the caller */

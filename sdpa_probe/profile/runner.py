@@ -314,14 +314,13 @@ def check_outputs(sess: Session, a: Attention, b: Attention, context: int) -> di
 
 def measure(sess: Session, atts: list[Attention], context: int,
             progress: Callable[[str], None] | None = None,
-            on_step: Callable[[list[Run]], None] | None = None,
-            left: dict[str, list[str]] | None = None, guard=None) -> list[Run]:
+            on_step: Callable[[list[Run]], None] | None = None, guard=None) -> list[Run]:
     """Warm-up, then steps timed op by op, graphs interleaved (ABAB, BABA, ...).
     on_step (if given) sees the partial runs after every round. A graph whose step
     leaves the caller changed (its attention kernel pinned the thread, set FTZ or
     OMP_NUM_THREADS: what `probe check` fails) would time the other graph in that state:
-    it is put back after each step (to `guard`'s state, caller_state.Guard; default: the
-    caller as it is now), and said in `left` (graph label -> the changes)."""
+    it is put back after each step to `guard`'s state (caller_state.Guard, which keeps
+    what changed by graph label; default: the caller as it is now)."""
     from ..caller_state import Guard
 
     s = sess.s
@@ -332,9 +331,7 @@ def measure(sess: Session, atts: list[Attention], context: int,
 
     def step(a: Attention, st, **kw):
         res = _step(st, a, s.token, context, **kw)
-        changed = guard.put_back()
-        if changed and left is not None:
-            left.setdefault(a.label, changed)
+        guard.put_back(a.label)
         return res
 
     for _ in range(s.warmup):
@@ -588,19 +585,13 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
 
     sess = Session(s, plan["capacity"])
     left: dict[str, list[str]] = {}  # graph -> what its steps left changed in the caller
-    guard = Guard()
-
-    def put_back(label: str) -> None:
-        changed = guard.put_back()
-        if changed:
-            left.setdefault(label, changed)
-
+    guard = Guard(left)
     try:
         checks, runs, summaries, abs_ = [], [], {}, []
         for ctx in sorted(set(s.contexts)):
             for ref, other in pairs:
                 chk = check_outputs(sess, ref, other, ctx)
-                put_back(other.label)
+                guard.put_back(other.label)
                 checks.append(chk)
                 if not chk["ok"]:
                     raise ProbeError(f"{other.title} disagrees with {ref.title} at context "
@@ -610,7 +601,7 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
                               for c in checks[-len(pairs):])
             note(f"context {ctx}: {' vs '.join(a.title for a in atts)}, "
                  f"{s.warmup} warm-up + {s.steps} steps (logits agree: {agree})")
-            rs = measure(sess, atts, ctx, None if live else progress, on_step, left, guard)
+            rs = measure(sess, atts, ctx, None if live else progress, on_step, guard)
             runs.extend(rs)
             for r in rs:
                 summaries[(r.attention.label, ctx)] = summary(r)
@@ -621,12 +612,12 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
             if s.pp:
                 note(f"pp{s.pp}: {a.title}")
                 rates["pp"].append(token_rate(sess, a, 0, s.pp))
-                put_back(a.label)
+                guard.put_back(a.label)
             if s.tg:
                 for ctx in sorted(set(s.contexts)):
                     note(f"tg{s.tg} at context {ctx}: {a.title}")
                     rates["tg"].append(token_rate(sess, a, ctx, s.tg) | {"context": ctx})
-                    put_back(a.label)
+                    guard.put_back(a.label)
     finally:
         sess.close()
 
