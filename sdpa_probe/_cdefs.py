@@ -69,7 +69,7 @@ FEATURES = [
 # The non-kernel parts of the library (decode building blocks, machine
 # micro-benchmarks) each keep their declarations in sdpa_probe/_cdef_<part>.py
 # as CDEF (cdef text) and INCLUDE (the #include line for set_source).
-PARTS = ("blocks", "machine", "caller")
+PARTS = ("blocks", "machine", "caller", "fence")
 
 
 def _parts():

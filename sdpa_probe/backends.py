@@ -13,7 +13,7 @@ import torch
 
 from . import native
 from .errors import KernelError, ProbeError, SdpaInvalid, SdpaUnsupported
-from .inputs import CaseData, OutBuffer
+from .inputs import CaseData, OutBuffer, fenced_tensor
 from .reference import bias_matrix
 
 TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -99,9 +99,10 @@ class TorchBackend:
             lim = torch.finfo(dt).max
             if finite.size and np.abs(finite).max() > lim:
                 raise Unsupported(f"mask values beyond the {c.dtype} range")
-        q, k, v = (x.to(dt).permute(0, 2, 1, 3) for x in (data.q, data.k, data.v))
-        bias = bias_matrix(c.q_len, c.kv_len, mask=data.mask_t, is_causal=c.causal,
-                           start_pos=c.start_pos).to(dt)
+        q, k, v = (fenced_tensor(x.to(dt), c.layout, n).permute(0, 2, 1, 3)
+                   for x, n in ((data.q, "Q"), (data.k, "K"), (data.v, "V")))
+        bias = fenced_tensor(bias_matrix(c.q_len, c.kv_len, mask=data.mask_t, is_causal=c.causal,
+                                         start_pos=c.start_pos).to(dt), c.layout, "the mask")
         kw = {"scale": c.scale} if c.scale > 0 else {}
         with torch.no_grad():
             o = torch.nn.functional.scaled_dot_product_attention(
@@ -162,7 +163,7 @@ class ExecutorchBackend:
                                start_pos=c.start_pos).to(torch.float32)
             is_causal = False
         if mask is not None:
-            mask = mask.to(torch.float32).contiguous()
+            mask = fenced_tensor(mask.to(torch.float32).contiguous(), c.layout, "the mask")
         scale = c.scale if c.scale > 0 else None
         # custom_sdpa reads keys [0, start_pos + q_len): for a non-causal case that
         # must be the whole cache, so start_pos is where the queries would sit
@@ -181,7 +182,8 @@ class ExecutorchBackend:
                 if c.dtype not in TORCH_DTYPES:
                     raise Unsupported(c.dtype)
                 dt = TORCH_DTYPES[c.out_dtype]  # (K and V cast up to a float Q's dtype)
-                q, k, v = (x.to(dt).contiguous() for x in (data.q, data.k, data.v))
+                q, k, v = (fenced_tensor(x.to(dt).contiguous(), c.layout, n)
+                           for x, n in ((data.q, "Q"), (data.k, "K"), (data.v, "V")))
 
                 def call():
                     return torch.ops.llama.custom_sdpa(q, k, v, start_pos, mask, 0.0, is_causal,

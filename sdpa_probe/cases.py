@@ -9,7 +9,8 @@ import math
 
 DTYPES = ("f32", "f16", "bf16", "i8")
 ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1}
-LAYOUTS = ("bshd", "bhsd", "padded", "dmajor", "vdmajor", "qfused", "offset", "far")
+LAYOUTS = ("bshd", "bhsd", "padded", "dmajor", "vdmajor", "qfused", "offset", "far", "fenced",
+           "fenced-start")
 
 # Block sizes of the built-in kernels (flash_core.h); kv lengths and query
 # lengths at block -1, +0, +1 catch partial-block bugs. Decode sizes its key
@@ -51,6 +52,8 @@ class Case:
     #                           | offset (every base one element past 64-byte alignment)
     #                           | far (Q, K, V batches 2^31 + 4096 elements apart: offsets
     #                             past 32 bits, in a sparse mapping; batch >= 2)
+    #                           | fenced / fenced-start (bshd with no slack, every buffer's
+    #                             last byte before / first byte after an inaccessible page)
     scale: float = 0.0        # <= 0: 1/sqrt(head_dim)
     magnitude: float = 1.0    # q and k are multiplied by this (large logits / tiny values)
     v_magnitude: float = 1.0  # v is multiplied by this (F16 values and outputs below its
@@ -463,6 +466,19 @@ def _default() -> list[Case]:
     cs.append(Case("layout", q_len=1, kv_len=200, layout="vdmajor", dtype="f16",
                    n_heads=8, n_kv_heads=2))
     cs.append(Case("layout", q_len=4, kv_len=70, layout="qfused", n_heads=8, n_kv_heads=2))
+    # every buffer flush against an inaccessible page, after its last byte or before its
+    # first: a full vector loaded over a row's tail, a block of keys (of int8 scales, of a
+    # mask row) read past kv_len or a row read before the first faults here, where
+    # elsewhere the read lands in slack and, its value thrown away, goes unseen. kv 77 and
+    # 45, head_dim 67: tails for any vector width and key block
+    for dt in DTYPES:
+        cs.append(Case("layout", q_len=1, kv_len=77, layout="fenced", dtype=dt, mask="random",
+                       n_heads=8, n_kv_heads=2, n_threads=2))
+        cs.append(Case("layout", q_len=5, kv_len=45, head_dim=67, layout="fenced", dtype=dt,
+                       causal=True, start_pos=40, mask="random", n_heads=4, n_kv_heads=2))
+    for dt in ("f32", "f16", "i8"):
+        cs.append(Case("layout", q_len=3, kv_len=77, head_dim=67, layout="fenced-start",
+                       dtype=dt, mask="random", n_heads=4, n_kv_heads=2))
     cs.append(Case("layout", batch=2, q_len=2, kv_len=70, layout="vdmajor", dtype="i8",
                    n_heads=4, n_kv_heads=2, mask="random"))
     # threads

@@ -6,6 +6,7 @@ pre-filled with poison (so a missing or out-of-bounds write shows)."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import torch
@@ -197,10 +198,52 @@ def far_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
                                            strides=(FAR_STRIDE * dt.itemsize, *inner))
 
 
-def _place(values: np.ndarray, layout: str, slack: int) -> np.ndarray:
+# layouts whose every input ends (or starts) flush against an inaccessible page
+FENCES = {"fenced": "after", "fenced-start": "before"}
+
+
+def fenced_empty(shape: tuple[int, ...], dtype, layout: str, label: str) -> np.ndarray:
+    """An uninitialised C-order array whose last byte ends a page with an inaccessible
+    page after it (`fenced`), or whose first byte starts one after such a page
+    (`fenced-start`): a kernel that touches a byte past the tensor's end or before its
+    start (a full vector loaded over a row's tail, a block of keys read past kv_len, a
+    row before the first) faults at once and the record names the tensor. Everywhere
+    else such a read lands in slack and goes unseen when its value is discarded."""
+    from .native import native_lib
+
+    ffi, lib = native_lib()[:2]
+    dt = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dt.itemsize
+    where = (lib.SDPA_PROBE_FENCE_AFTER if FENCES[layout] == "after"
+             else lib.SDPA_PROBE_FENCE_BEFORE)
+    ptr = lib.sdpa_probe_fence_alloc(nbytes, where, label.encode())
+    if ptr == ffi.NULL:
+        raise CaseUnavailable(f"layout {layout}: cannot map a fenced buffer for {label} "
+                              f"({os.strerror(ffi.errno)})")
+    ptr = ffi.gc(ptr, lib.sdpa_probe_fence_free)  # (the buffer keeps ptr, the array it)
+    return np.frombuffer(ffi.buffer(ptr, nbytes), dtype=dt).reshape(shape)
+
+
+def fenced_tensor(t: torch.Tensor, layout: str, label: str) -> torch.Tensor:
+    """A contiguous copy of t in a fenced buffer (`layout` one of FENCES): torch's and
+    ExecuTorch's inputs on a fenced case, so that the peers meet the same fences."""
+    if layout not in FENCES:
+        return t
+    bits = {torch.bfloat16: np.uint16}.get(t.dtype)  # (numpy has no bfloat16)
+    arr = fenced_empty(tuple(t.shape), bits or torch.empty(0, dtype=t.dtype).numpy().dtype,
+                       layout, label)
+    out = torch.from_numpy(arr)
+    out = out.view(t.dtype) if bits else out
+    out.copy_(t)
+    return out
+
+
+def _place(values: np.ndarray, layout: str, slack: int, label: str = "") -> np.ndarray:
     """Copy [B, S, H, D] values into an arena laid out per `layout`, return the view."""
     B, S, H, D = values.shape
-    if layout == "bhsd":
+    if layout in FENCES:  # no slack: the fence is what follows the last key
+        view = fenced_empty((B, S, H, D), values.dtype, layout, label)
+    elif layout == "bhsd":
         arena = np.empty((B, H, S + slack, D), dtype=values.dtype)
         _nan_fill(arena)
         view = arena[:, :, :S, :].transpose(0, 2, 1, 3)
@@ -229,42 +272,51 @@ def _place(values: np.ndarray, layout: str, slack: int) -> np.ndarray:
     return view
 
 
-def _store(x64: np.ndarray, dtype: str, layout: str, slack: int, symmetric: bool = False):
-    """x64 [B, S, H, D] -> (stored real values as float64, storage object)."""
+def _store(x64: np.ndarray, dtype: str, layout: str, slack: int, symmetric: bool = False,
+           name: str = ""):
+    """x64 [B, S, H, D] -> (stored real values as float64, storage object); name (Q, K,
+    V) labels a fenced buffer."""
     if dtype == "f32":
         s = x64.astype(np.float32)
-        return s.astype(np.float64), _place(s, layout, slack)
+        return s.astype(np.float64), _place(s, layout, slack, name)
     if dtype == "f16":
         s = x64.astype(np.float16)
-        return s.astype(np.float64), _place(s, layout, slack)
+        return s.astype(np.float64), _place(s, layout, slack, name)
     if dtype == "bf16":
         t = torch.from_numpy(x64).to(torch.bfloat16)
         bits = t.view(torch.int16).numpy().view(np.uint16)
-        return t.to(torch.float64).numpy(), _place(bits, layout, slack)
-    ql = "offset" if layout == "offset" else "bshd"
+        return t.to(torch.float64).numpy(), _place(bits, layout, slack, name)
+    ql = layout if layout in ("offset", *FENCES) else "bshd"
     if symmetric:  # no zero-point array at all: the ABI's NULL
         q, scale = quantize_symmetric(x64)
         real = q.astype(np.float64) * scale[..., None]
-        return real, QuantTensor(_place(q, layout, slack),
-                                 _place(scale[..., None], ql, slack)[..., 0], None)
+        return real, QuantTensor(_place(q, layout, slack, name),
+                                 _place(scale[..., None], ql, slack, f"{name} scales")[..., 0],
+                                 None)
     q, scale, zp = quantize_per_token(x64)
     real = (q.astype(np.float64) - zp[..., None].astype(np.float64)) * scale[..., None]
-    qv = _place(q, layout, slack)
+    qv = _place(q, layout, slack, name)
     # scale / zero point with the same slack; NaN scales past kv_len poison over-reads
-    sc = _place(scale[..., None], ql, slack)[..., 0]
-    zpv = _place(zp[..., None], ql, slack)[..., 0]
+    sc = _place(scale[..., None], ql, slack, f"{name} scales")[..., 0]
+    zpv = _place(zp[..., None], ql, slack, f"{name} zero points")[..., 0]
     return real, QuantTensor(qv, sc, zpv)
 
 
 MASK_PAD = 5  # NaN floats after each mask row: the row stride is not kv_len
 
 
-def _padded_rows(mask: np.ndarray | None, misaligned: bool = False) -> np.ndarray | None:
+def _padded_rows(mask: np.ndarray | None, layout: str = "bshd") -> np.ndarray | None:
     """The mask as a view into wider rows, as a slice of a model's precomputed
     [max_seq, max_seq] mask is: a kernel that takes kv_len for the row stride
-    reads the NaN padding or the wrong row."""
+    reads the NaN padding or the wrong row. (A fenced layout's mask is its rows alone,
+    against the fence.)"""
     if mask is None:
         return None
+    if layout in FENCES:
+        fenced = fenced_empty(mask.shape, np.float32, layout, "the mask")
+        fenced[...] = mask
+        return fenced
+    misaligned = layout == "offset"
     shape = (mask.shape[0], mask.shape[1] + MASK_PAD)
     arena = misaligned_empty(shape, np.float32) if misaligned else np.empty(shape, np.float32)
     arena.fill(np.nan)
@@ -322,12 +374,12 @@ def materialise(case: Case) -> CaseData:
         k[:, 3] = 0.75      # a constant token: zero quantization range
         v[:, 5] = -1.25
         v[:, 4] = 0.0
-    mask = _padded_rows(make_mask(case, rng), misaligned=case.layout == "offset")
+    mask = _padded_rows(make_mask(case, rng), case.layout)
     lq, lk, lv = tensor_layouts(case.layout)
     sym = case.quant == "sym"
-    q_real, q_store = _store(q, case.out_dtype, lq, 0, sym)
-    k_real, k_store = _store(k, case.dtype, lk, KV_SLACK, sym)
-    v_real, v_store = _store(v, case.dtype, lv, KV_SLACK, sym)
+    q_real, q_store = _store(q, case.out_dtype, lq, 0, sym, "Q")
+    k_real, k_store = _store(k, case.dtype, lk, KV_SLACK, sym, "K")
+    v_real, v_store = _store(v, case.dtype, lv, KV_SLACK, sym, "V")
     stored = {"q": (q_real, q_store), "k": (k_real, k_store), "v": (v_real, v_store)}
     for name, j, h, _d in nan_sites:  # int8: the token's scale, and so all its real values
         real, store = stored[name]
@@ -480,6 +532,11 @@ def out_buffer(case: Case) -> OutBuffer:
         n = B * H * Lq * D
         flat = np.empty(n + 2 * g, dtype=dt)
         view = flat[g:g + n].reshape(B, H, D, Lq).transpose(0, 3, 1, 2)
+    elif layout in FENCES:  # the fence on one side of the body, a guard region on the other
+        n = B * Lq * H * D
+        flat = fenced_empty((n + g,), dt, layout, "the output")
+        at = g if FENCES[layout] == "after" else 0
+        view = flat[at:at + n].reshape(B, Lq, H, D)
     else:  # bshd; offset misaligned (the guard is a multiple of 64 bytes: the body too)
         n = B * Lq * H * D
         flat = (misaligned_empty if layout == "offset" else np.empty)((n + 2 * g,), dt)

@@ -667,6 +667,71 @@ def test_far_layout_maps_address_space_not_memory():
         Case("layout", layout="far")
 
 
+def test_fenced_layouts_put_every_buffer_against_an_inaccessible_page():
+    """`fenced`: each buffer's last byte is the last before a PROT_NONE page (the output's
+    body too); `fenced-start`: its first byte the first after one. The peers' copies
+    (torch, ExecuTorch) meet the same fences."""
+    from sdpa_probe.inputs import fenced_tensor, out_buffer
+    from sdpa_probe.native import native_lib
+
+    ffi, lib = native_lib()[:2]
+    label = ffi.new("char[48]")
+
+    def fence_at(addr: int) -> tuple[int, str]:
+        d = lib.sdpa_probe_fence_find(addr, label, 48)
+        return d, ffi.string(label).decode() if d else ""
+
+    for layout, after in (("fenced", True), ("fenced-start", False)):
+        case = Case("layout", q_len=3, kv_len=45, head_dim=67, dtype="i8", layout=layout,
+                    mask="random", n_heads=4, n_kv_heads=2)
+        data = materialise(case)
+        bufs = {"Q": data.q_store.data, "K": data.k_store.data, "V scales": data.v_store.scale,
+                "K zero points": data.k_store.zero_point, "the mask": data.mask,
+                "the output": out_buffer(case).view}
+        bufs["Q (torch's copy)"] = fenced_tensor(data.q.float(), layout, "Q").numpy()
+        for name, a in bufs.items():
+            assert a.flags.c_contiguous, name
+            first = a.ctypes.data
+            probe = first + a.nbytes if after else first - 1
+            assert fence_at(probe) == (1, name.split(" (")[0]), (layout, name)
+            assert fence_at(first)[0] == 0 and fence_at(first + a.nbytes - 1)[0] == 0
+    assert bool(data.k.isfinite().all())  # (no slack, so no NaN fill either)
+
+
+OVER_READS = {
+    # a full 16-float vector loaded over the last K row's tail (head_dim 67)
+    "k-tail": ("float s = 0.0f;",
+               "float s = 0.0f;\n          { volatile float x_ = load(&a->k, b, j, hk,"
+               " (D + 15) / 16 * 16 - 1); (void)x_; }"),
+    # the mask read in 16-key blocks, past kv_len
+    "mask-block": ("float s = 0.0f;",
+                   "float s = 0.0f;\n          if (a->mask) { volatile float x_ = a->mask["
+                   "i * a->mask_row_stride + j / 16 * 16 + 15]; (void)x_; }"),
+    # the element before each Q row's first (d - 1 at d = 0)
+    "q-before": ("float s = 0.0f;",
+                 "float s = 0.0f;\n          { volatile float x_ = load(&a->q, b, i, h, -1);"
+                 " (void)x_; }"),
+}
+
+
+@pytest.mark.parametrize("bug", list(OVER_READS))
+def test_over_reads_whose_values_are_discarded_fault_on_the_fenced_layouts(tmp_path, bug):
+    """Reads past a buffer's end (or before its start) whose value the kernel throws away
+    reach no output, so the NaN slack cannot show them; in a real runtime they fault when
+    the buffer ends a page. The fenced layouts make them fault here, and the record names
+    the buffer. Every other case passes."""
+    old, new = OVER_READS[bug]
+    assert SRC.count(old) == 1
+    recs = _cli_records(tmp_path, f"{bug}.c", SRC.replace(old, new), "layout-", "d64-f32")
+    caught = {c: r for c, r in recs.items() if r["status"] != "pass"}
+    want = "-fenced-start" if bug == "q-before" else "-fenced"
+    assert caught and all(c.endswith(want) or f"{want}-" in c for c in caught), list(caught)
+    buffer = {"k-tail": "K past its end", "mask-block": "the mask past its end",
+              "q-before": "Q before its start"}[bug]
+    assert all(r["status"] == "crash" and f"the kernel touched {buffer}" in r["reason"]
+               for r in caught.values()), caught
+
+
 def test_fixed_row_buffer_is_caught_by_head_dim_512(tmp_path):
     """The example with its accumulator a `float acc[256]` on the stack (head_dim <= 256
     assumed): right on every other head_dim, and the d512 case writes past it."""

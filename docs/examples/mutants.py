@@ -28,6 +28,9 @@ RESCALE = "for (int64_t d = 0; d < D; d++) st->acc[d] *= alpha;"
 ALPHA = "const float alpha = exp2f((st->m - mn) * LOG2E); /* 0 while the state is empty */"
 CAUSAL = "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;"
 V_ELEM = "st->acc[d] += w * elem(&a->v, b, j, hk, d);"
+SCORE = "float s = 0.0f;"
+WEIGHT = "const float w = exp2f((p[j - j0] - mn) * LOG2E);"
+Q_ELEM = "q[d] = elem(&a->q, b, i, h, d) * scale;"
 
 # name -> (what the bug is, [(old, new), ...]) for online_sdpa.c; every `old` occurs once
 MUTANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
@@ -43,7 +46,7 @@ MUTANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "alpha-no-log2e": ("rescale factor exp2(m_old - m_new) without log2(e): the wrong base",
                        [(ALPHA, "const float alpha = exp2f(st->m - mn);")]),
     "exp-no-log2e": ("block weights exp2(s - m) without log2(e), the rescale right",
-                     [("const float w = exp2f((p[j - j0] - mn) * LOG2E);",
+                     [(WEIGHT,
                        "const float w = exp2f(p[j - j0] - mn);")]),
     "max-not-kept": ("the running max never updated", [("st->m = mn;\n  }", "}")]),
     "max-starts-at-zero": ("the running max initialised to 0, not -inf",
@@ -81,7 +84,7 @@ MUTANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
                                       " v_.zero_point = a->k.zero_point;"
                                       " st->acc[d] += w * elem(&v_, b, j, hk, d); }")]),
     "q-prescaled-in-f16": ("q * scale rounded to F16 / BF16 storage (half-precision pre-scale)",
-                           [("q[d] = elem(&a->q, b, i, h, d) * scale;",
+                           [(Q_ELEM,
                              "q[d] = a->q.dtype == SDPA_F16 || a->q.dtype == SDPA_BF16"
                              " ? (float)(_Float16)(elem(&a->q, b, i, h, d) * scale)"
                              " : elem(&a->q, b, i, h, d) * scale;")]),
@@ -94,6 +97,23 @@ MUTANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
                           "const int64_t hk = h % a->n_kv_heads; (void)group;")]),
     "scale-sqrt-of-kv-dim": ("the default scale from the kv heads, not head_dim",
                              [("1.0f / sqrtf((float)D)", "1.0f / sqrtf((float)(D * group))")]),
+    # reads whose values are thrown away: no output shows them, the fenced layouts fault
+    "k-tail-vector-read": ("each K row read as whole 16-float vectors (past head_dim)",
+                           [(SCORE, SCORE + " { volatile float x_ = elem(&a->k, b, j, hk,"
+                                            " (D + 15) / 16 * 16 - 1); (void)x_; }")]),
+    "v-tail-vector-read": ("each V row read as whole 16-float vectors (past head_dim)",
+                           [(WEIGHT, WEIGHT + " { volatile float x_ = elem(&a->v, b, j, hk,"
+                                              " (D + 15) / 16 * 16 - 1); (void)x_; }")]),
+    "k-block-read": ("K read for the whole last block of BLOCK keys (past kv_len)",
+                     [(SCORE, SCORE + " if (j == j1 - 1) { volatile float x_ = elem(&a->k, b,"
+                                      " j0 + BLOCK - 1, hk, D - 1); (void)x_; }")]),
+    "mask-block-read": ("each mask row read in blocks of 16 keys (past kv_len)",
+                        [(SCORE, SCORE + " if (a->mask) { volatile float x_ = a->mask["
+                                         "i * a->mask_row_stride + j / 16 * 16 + 15];"
+                                         " (void)x_; }")]),
+    "q-read-before": ("each Q row's element d - 1 read at d = 0 (before the buffer)",
+                      [(Q_ELEM, "{ volatile float x_ = elem(&a->q, b, i, h, d - 1); (void)x_; "
+                                + Q_ELEM + " }")]),
 }
 
 

@@ -20,7 +20,9 @@
  *
  * It may be called from several threads at once and from a small stack; the
  * same buffers come back every decode step with new contents (keep nothing by
- * a buffer's address); a call frees what it allocates; it leaves the caller's
+ * a buffer's address); it touches no byte outside the elements it is given, not
+ * even to discard it (a buffer may end a mapping: mask or predicate its tails);
+ * a call frees what it allocates; it leaves the caller's
  * floating-point environment, thread (affinity, signal mask, name) and process
  * (signal handlers, locale, environment, ...) as it found them (docs/abi.md).
  */
