@@ -382,6 +382,13 @@ def _default() -> list[Case]:
     cs.append(Case("logits", q_len=3, kv_len=130, magnitude=100.0, n_heads=4, n_kv_heads=2))
     cs.append(Case("logits", q_len=3, kv_len=130, magnitude=10.0, n_heads=4, n_kv_heads=2,
                    dtype="f16"))
+    # large logits at head_dim 128 in F16 and BF16, whose 1/sqrt(128) no half-precision
+    # float holds: a scale (or q * scale) rounded to the storage dtype shifts every logit
+    # by up to 2^-12 (F16) / 2^-9 (BF16) of itself, here a weight error of up to 10 %.
+    # At head_dim 64 the scale, 1/8, is exact and hides it
+    for dt in ("f16", "bf16"):
+        cs.append(Case("logits", q_len=1, kv_len=130, head_dim=128, magnitude=10.0,
+                       n_heads=8, n_kv_heads=2, dtype=dt))
     cs.append(Case("logits", q_len=3, kv_len=130, magnitude=1e-3, n_heads=4, n_kv_heads=2))
     cs.append(Case("logits", q_len=3, kv_len=130, scale=0.5, n_heads=4, n_kv_heads=2))
     # an explicit scale through the F16, BF16 and int8 paths (decode and a short prefill):

@@ -38,6 +38,7 @@ EXPECT = [
     ("v-quant-params-of-k", "decode-h8gqa4-q1-kv63-d64-i8", "error above"),
     ("alpha-no-log2e", "gqa-h8gqa1-q1-kv129-d64-f32", "error above"),
     ("split-drops-key", "gqa-h8gqa1-q1-kv129-d64-f32", "error above"),
+    ("q-prescaled-in-f16", "logits-h8gqa4-q1-kv130-d128-f16-x10", "error above"),
 ]
 
 
