@@ -272,6 +272,26 @@ def _default() -> list[Case]:
     cs.append(Case("decode", q_len=2, kv_len=77, mask="random", n_heads=16, n_kv_heads=2))
     cs.append(Case("decode", q_len=2, kv_len=70, causal=True, start_pos=68, dtype="i8",
                    n_heads=8, n_kv_heads=2))
+    # decode over a static cache: kv_len is the cache's length, causal with start_pos the
+    # step's position, the slots past it stale (NaN here) -- how a runtime with a
+    # preallocated cache calls its op (ExecuTorch's custom_sdpa: start_pos, is_causal).
+    # A decode path that reads every slot of the cache because a single query row "sees
+    # everything" passed every case before these, each of whose decode rows saw a full
+    # cache. On the first step (start_pos 0) the row sees one key; over two threads the
+    # visible range, not the cache, is what a split must divide
+    for dt in DTYPES:
+        cs.append(Case("decode", kv_len=300, causal=True, start_pos=200, dtype=dt,
+                       n_heads=8, n_kv_heads=2))
+    cs.append(Case("decode", kv_len=64, causal=True, start_pos=0, n_heads=8, n_kv_heads=2))
+    for dt in ("f32", "i8"):
+        cs.append(Case("decode", kv_len=1030, causal=True, start_pos=700, dtype=dt,
+                       n_heads=8, n_kv_heads=2, n_threads=2))
+    # batched decode (several sequences a step, as a server or beam search runs them):
+    # every decode case before these had one sequence, so a decode path that indexes
+    # K / V (or int8 scales) by batch wrongly, or serves batch 0 alone, passed them all
+    for dt, t in (("f32", 1), ("f16", 1), ("i8", 1), ("f32", 2), ("bf16", 2)):
+        cs.append(Case("decode", batch=3, kv_len=150, causal=True, start_pos=120, dtype=dt,
+                       n_heads=8, n_kv_heads=2, n_threads=t))
     cs.append(Case("decode", kv_len=40, n_heads=24, n_kv_heads=24, dtype="f16"))
     cs.append(Case("decode", kv_len=70, head_dim=80, dtype="i8"))
     cs.append(Case("decode", kv_len=70, head_dim=48, dtype="bf16", n_heads=16, n_kv_heads=2))
@@ -469,9 +489,12 @@ def _default() -> list[Case]:
                        n_kv_heads=2))
     cs.append(Case("layout", batch=2, q_len=2, kv_len=70, layout="far", dtype="bf16",
                    n_heads=4, n_kv_heads=2))
-    # llama.cpp's own cache: F16, V transposed (head_dim-major) beside a plain K
+    # llama.cpp's own cache: F16, V transposed (head_dim-major) beside a plain K; and the
+    # same over a static cache whose slots past the step's position are stale
     cs.append(Case("layout", q_len=1, kv_len=200, layout="vdmajor", dtype="f16",
                    n_heads=8, n_kv_heads=2))
+    cs.append(Case("layout", q_len=1, kv_len=200, layout="vdmajor", dtype="f16", causal=True,
+                   start_pos=150, n_heads=8, n_kv_heads=2))
     cs.append(Case("layout", q_len=4, kv_len=70, layout="qfused", n_heads=8, n_kv_heads=2))
     # every buffer flush against an inaccessible page, after its last byte or before its
     # first: a full vector loaded over a row's tail, a block of keys (of int8 scales, of a
@@ -493,6 +516,11 @@ def _default() -> list[Case]:
         cs.append(Case("threads", q_len=1, kv_len=1030, n_threads=t, n_heads=8, n_kv_heads=2))
         cs.append(Case("threads", batch=2, q_len=33, kv_len=100, n_threads=t, causal=True,
                        start_pos=67, n_heads=4, n_kv_heads=2))
+    # threaded prefill through the F16, BF16 and int8 paths (their own query-block splits:
+    # every threaded prefill case before these was F32 or one int8 decode-like call)
+    for dt, b in (("f16", 1), ("bf16", 2), ("i8", 2)):
+        cs.append(Case("threads", batch=b, q_len=33, kv_len=100, n_threads=3, causal=True,
+                       start_pos=67, n_heads=4, n_kv_heads=2, dtype=dt))
     # more threads than keys: a kv split per thread leaves one empty, whose partial state
     # (max -inf, sum 0) the merge must take as nothing
     for dt in ("f32", "i8"):

@@ -39,6 +39,9 @@ EXPECT = [
     ("alpha-no-log2e", "gqa-h8gqa1-q1-kv129-d64-f32", "error above"),
     ("split-drops-key", "gqa-h8gqa1-q1-kv129-d64-f32", "error above"),
     ("q-prescaled-in-f16", "logits-h8gqa4-q1-kv130-d128-f16-x10", "error above"),
+    ("decode-causal-ignored", "decode-h8gqa4-q1-kv300-d64-f32-causal200", "NaN in"),
+    ("decode-batch0-kv", "decode-b3-h8gqa4-q1-kv150-d64-f32-causal120", "error above"),
+    ("decode-batch0-only", "decode-b3-h8gqa4-q1-kv150-d64-f16-causal120", "never written"),
 ]
 
 

@@ -97,6 +97,18 @@ MUTANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
                           "const int64_t hk = h % a->n_kv_heads; (void)group;")]),
     "scale-sqrt-of-kv-dim": ("the default scale from the kv heads, not head_dim",
                              [("1.0f / sqrtf((float)D)", "1.0f / sqrtf((float)(D * group))")]),
+    # decode (q_len 1) fast paths that forget what only other shapes had exercised
+    "decode-causal-ignored": ("a query row alone reads the whole cache (the causal edge "
+                              "ignored in decode)",
+                              [(CAUSAL, "if (a->q_len > 1 && a->is_causal && a->start_pos + i"
+                                        " + 1 < n) n = a->start_pos + i + 1;")]),
+    "decode-batch0-kv": ("decode reads batch 0's K and V for every sequence",
+                         [("visit_range(a, b, i, hk, q, lo, hi, &part[s], p);",
+                           "visit_range(a, a->q_len == 1 ? 0 : b, i, hk, q, lo, hi,"
+                           " &part[s], p);")]),
+    "decode-batch0-only": ("decode computes the first sequence of a batch alone",
+                           [("for (int64_t b = 0; b < a->batch; b++)",
+                             "for (int64_t b = 0; b < (a->q_len == 1 ? 1 : a->batch); b++)")]),
     # reads whose values are thrown away: no output shows them, the fenced layouts fault
     "k-tail-vector-read": ("each K row read as whole 16-float vectors (past head_dim)",
                            [(SCORE, SCORE + " { volatile float x_ = elem(&a->k, b, j, hk,"
