@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .cases import SUITES, TORCH_MULT, Case, all_cases, suite, tolerance
+from .cases import SUITES, Case, all_cases, suite, tolerance, torch_mult
 from .errors import ProbeError
 
 SCHEMA = "sdpa_probe.golden/1"
@@ -42,7 +42,7 @@ DEFAULT_SUITE = "default"
 # of the case's kernel tolerance (atol + rtol * |ref|): far below what could flip a
 # verdict, far above float64 rounding (~1e-16) between machines or torch builds.
 DRIFT_FRACTION = 0.01
-# torch's own error floors each case's atol (TORCH_MULT * torch_err, verdict.judge);
+# torch's own error floors each case's atol (torch_mult(case) * torch_err, verdict.judge);
 # a change of that effective atol by more than this fraction counts as a change.
 TORCH_ERR_DRIFT = 0.10
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -508,10 +508,10 @@ def store(root: Path | str) -> GoldenStore:
 # ---- comparing ---------------------------------------------------------------------
 
 def _eff_atol(case: Case, terr: float | None) -> float:
-    """The atol verdict.judge applies: the case's, floored at TORCH_MULT x torch_err."""
+    """The atol verdict.judge applies: the case's, floored at torch_mult x torch_err."""
     atol, _ = tolerance(case)
     if terr is not None:
-        atol = max(atol, TORCH_MULT * terr)
+        atol = max(atol, torch_mult(case) * terr)
     return atol
 
 

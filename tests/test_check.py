@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from sdpa_probe import harness, native
 from sdpa_probe.backends import NativeBackend
-from sdpa_probe.cases import DTYPES, Case, suite
+from sdpa_probe.cases import Case, suite
 from sdpa_probe.cli import app
 from sdpa_probe.harness import WorkerPool, prepare_case, run_one
 from sdpa_probe.inputs import materialise, out_buffer
@@ -184,30 +184,42 @@ def test_a_kernel_whose_thread_stores_after_it_returned_is_caught(tmp_path, dela
 # ---- over-reads are caught through NaN slack ---------------------------------------------
 
 def _case_factors(c: Case) -> dict:
-    """What a kernel's code paths branch on: decode or prefill, storage dtype, one thread
-    or several, one sequence or a batch, stale cache slots hidden by the causal edge,
-    a mask, a plain or a strided / fenced layout."""
+    """The values of pairwise.FACTORS a case has, read from its fields."""
+    group = "mha" if c.group == 1 else "mqa" if c.n_kv_heads == 1 else "gqa"
     return {"path": "decode" if c.q_len == 1 else "prefill", "dtype": c.dtype,
-            "threads": c.n_threads > 1, "batch": c.batch > 1,
-            "stale slots": c.causal and c.start_pos + c.q_len < c.kv_len,
-            "mask": c.mask != "none", "layout": c.layout != "bshd"}
+            "group": group, "threads": 2 if c.n_threads > 1 else 1,
+            "batch": 2 if c.batch > 1 else 1,
+            "stale": c.causal and c.start_pos + c.q_len < c.kv_len,
+            "mask": c.mask != "none", "strided": c.layout != "bshd",
+            "head_dim": 64 if c.head_dim % 16 == 0 else 20,
+            "logits": c.magnitude >= 10, "query_f32": bool(c.q_dtype)}
 
 
-def test_default_suite_covers_every_pair_of_code_path_factors():
-    """Every pair of values of two factors a kernel branches on meets in some default
-    case. Each hole this closed had let a bug pass every case: a decode path that reads
-    the whole cache past a causal edge (no decode row saw stale slots), one that serves
-    batch 0 alone (no batched decode), a threaded F16 / BF16 prefill (none)."""
+def _missing_pairs(cases: list[Case]) -> list[tuple]:
     from itertools import combinations
 
-    facts = [_case_factors(c) for c in suite("default") if not c.invalid]
-    values = {k: {f[k] for f in facts} for k in facts[0]}
-    assert values["dtype"] == set(DTYPES) and all(len(v) == 2 for k, v in values.items()
-                                                  if k != "dtype")
-    missing = [(a, va, b, vb) for a, b in combinations(values, 2)
-               for va in values[a] for vb in values[b]
-               if not any(f[a] == va and f[b] == vb for f in facts)]
-    assert not missing, missing
+    from sdpa_probe.pairwise import FACTORS
+
+    facts = [_case_factors(c) for c in cases]
+    return [(a, va, b, vb) for a, b in combinations(FACTORS, 2)
+            for va in FACTORS[a] for vb in FACTORS[b]
+            if not (a == "dtype" and va == "f32" and b == "query_f32" and vb)
+            and not any(f[a] == va and f[b] == vb for f in facts)]
+
+
+def test_pairs_family_covers_every_pair_of_code_path_factors():
+    """The `pairs` family alone meets every pair of values of two factors a kernel
+    branches on (decode / prefill, dtype, GQA / MHA / MQA, threads, batch, stale slots,
+    a mask, a strided layout, a head_dim tail, large logits, an F32 query over a
+    low-precision cache), so does the default suite; the hand-written families alone
+    miss 32 such pairs (stop 34), and three of the holes had let a bug pass every case (a decode
+    path that reads the whole cache past a causal edge, one that serves batch 0 alone,
+    a threaded F16 prefill)."""
+    default = [c for c in suite("default") if not c.invalid]
+    pairs = [c for c in default if c.family == "pairs"]
+    assert 0 < len(pairs) <= 16
+    assert _missing_pairs(pairs) == [] and _missing_pairs(default) == []
+    assert len(_missing_pairs([c for c in default if c.family != "pairs"])) > 0
 
 
 def test_inputs_carry_nan_slack_past_kv_len():
