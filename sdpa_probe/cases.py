@@ -10,7 +10,7 @@ import math
 DTYPES = ("f32", "f16", "bf16", "i8")
 ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1}
 LAYOUTS = ("bshd", "bhsd", "padded", "dmajor", "vdmajor", "qfused", "offset", "far", "fenced",
-           "fenced-start")
+           "fenced-start", "reversed")
 
 # Block sizes of the built-in kernels (flash_core.h); kv lengths and query
 # lengths at block -1, +0, +1 catch partial-block bugs. Decode sizes its key
@@ -54,6 +54,8 @@ class Case:
     #                             past 32 bits, in a sparse mapping; batch >= 2)
     #                           | fenced / fenced-start (bshd with no slack, every buffer's
     #                             last byte before / first byte after an inaccessible page)
+    #                           | reversed (Q, K, V and int8 scales with negative position
+    #                             and dim strides: last position and dim first in memory)
     scale: float = 0.0        # <= 0: 1/sqrt(head_dim)
     magnitude: float = 1.0    # q and k are multiplied by this (large logits / tiny values)
     v_magnitude: float = 1.0  # v is multiplied by this (F16 values and outputs below its
@@ -499,6 +501,13 @@ def _default() -> list[Case]:
     cs.append(Case("layout", q_len=1, kv_len=200, layout="vdmajor", dtype="f16", causal=True,
                    start_pos=150, n_heads=8, n_kv_heads=2))
     cs.append(Case("layout", q_len=4, kv_len=70, layout="qfused", n_heads=8, n_kv_heads=2))
+    # negative strides, which the ABI allows (a view walked backwards): each position and
+    # dim of Q, K, V (and int8 scales) first in memory is the last in order, so a kernel
+    # that takes a row's first element for its lowest address, or copies blocks of rows
+    # forwards, reads the slack (NaN) or the wrong rows
+    for dt, q in (("f32", 3), ("f16", 1), ("bf16", 1), ("i8", 2)):
+        cs.append(Case("layout", q_len=q, kv_len=90, layout="reversed", dtype=dt, n_heads=8,
+                       n_kv_heads=2, causal=q > 1, start_pos=88 - q if q > 1 else 0))
     # every buffer flush against an inaccessible page, after its last byte or before its
     # first: a full vector loaded over a row's tail, a block of keys (of int8 scales, of a
     # mask row) read past kv_len or a row read before the first faults here, where

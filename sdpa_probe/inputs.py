@@ -259,6 +259,10 @@ def _place(values: np.ndarray, layout: str, slack: int, label: str = "") -> np.n
         arena = np.empty((B, S + slack, H + 1, D + HEAD_PAD), dtype=values.dtype)
         _nan_fill(arena)
         view = arena[:, :S, :H, :D]
+    elif layout == "reversed":  # positions and dims walked backwards: negative strides
+        arena = np.empty((B, S + slack, H, D), dtype=values.dtype)
+        _nan_fill(arena)  # (the slack, past the last position, lies below the first)
+        view = arena[:, slack:][:, ::-1, :, ::-1]
     elif layout == "far":
         arena = far_empty((B, S + slack, H, D), values.dtype)
         _nan_fill(arena)
@@ -286,7 +290,7 @@ def _store(x64: np.ndarray, dtype: str, layout: str, slack: int, symmetric: bool
         t = torch.from_numpy(x64).to(torch.bfloat16)
         bits = t.view(torch.int16).numpy().view(np.uint16)
         return t.to(torch.float64).numpy(), _place(bits, layout, slack, name)
-    ql = layout if layout in ("offset", *FENCES) else "bshd"
+    ql = layout if layout in ("offset", "reversed", *FENCES) else "bshd"
     if symmetric:  # no zero-point array at all: the ABI's NULL
         q, scale = quantize_symmetric(x64)
         real = q.astype(np.float64) * scale[..., None]

@@ -26,7 +26,8 @@ FACTORS: dict[str, tuple] = {
     "logits": (False, True),                # q and k x10
     "query_f32": (False, True),             # an F32 query over a low-precision cache
 }
-STRIDED = ("bhsd", "padded", "dmajor", "vdmajor", "offset", "fenced", "qfused")
+# the strided rows take these in turn (6 of 13 rows: the first six, the most hostile)
+STRIDED = ("reversed", "dmajor", "fenced", "vdmajor", "offset", "padded", "bhsd", "qfused")
 HEADS = {"gqa": (8, 2), "mha": (4, 4), "mqa": (4, 1)}
 KV_LEN = 77
 

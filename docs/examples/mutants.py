@@ -29,6 +29,8 @@ ALPHA = "const float alpha = exp2f((st->m - mn) * LOG2E); /* 0 while the state i
 CAUSAL = "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + i + 1;"
 V_ELEM = "st->acc[d] += w * elem(&a->v, b, j, hk, d);"
 SCORE = "float s = 0.0f;"
+ELEM_OFF = ("const int64_t off = b * t->stride[0] + s * t->stride[1] + h * t->stride[2] + "
+            "d * t->stride[3];\n  if (t->dtype == SDPA_F32) return")
 WEIGHT = "const float w = exp2f((p[j - j0] - mn) * LOG2E);"
 Q_ELEM = "q[d] = elem(&a->q, b, i, h, d) * scale;"
 
@@ -109,6 +111,9 @@ MUTANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "decode-batch0-only": ("decode computes the first sequence of a batch alone",
                            [("for (int64_t b = 0; b < a->batch; b++)",
                              "for (int64_t b = 0; b < (a->q_len == 1 ? 1 : a->batch); b++)")]),
+    "strides-as-uint32": ("element offsets from strides kept as unsigned 32-bit values",
+                          [(ELEM_OFF, ELEM_OFF.replace("t->stride[", "(int64_t)(uint32_t)"
+                                                       "t->stride["))]),
     # reads whose values are thrown away: no output shows them, the fenced layouts fault
     "k-tail-vector-read": ("each K row read as whole 16-float vectors (past head_dim)",
                            [(SCORE, SCORE + " { volatile float x_ = elem(&a->k, b, j, hk,"
