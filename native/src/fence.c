@@ -51,8 +51,9 @@ static size_t put_num(char *buf, size_t at, size_t cap, uint64_t v, int hex) {
   return at;
 }
 
-/* Async-signal-safe: no locks, no stdio. Says which fence was hit, then puts the
- * replaced handler back and returns: the access faults again, under it. */
+/* Async-signal-safe: no locks, no stdio. Says which fence was hit, puts the replaced
+ * handler back and raises the signal again for it (pending until this returns; a real
+ * fault would recur anyway, a sent SIGSEGV would not). */
 static void on_fault(int sig, siginfo_t *si, void *uc) {
   (void)uc;
   const uintptr_t a = (uintptr_t)si->si_addr;
@@ -76,6 +77,7 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
     break;
   }
   sigaction(sig, sig == SIGBUS ? &prev_bus : &prev_segv, NULL);
+  raise(sig);
 }
 
 static int install_handler(void) {
