@@ -502,9 +502,8 @@ def _default() -> list[Case]:
                    start_pos=150, n_heads=8, n_kv_heads=2))
     cs.append(Case("layout", q_len=4, kv_len=70, layout="qfused", n_heads=8, n_kv_heads=2))
     # negative strides, which the ABI allows (a view walked backwards): each position and
-    # dim of Q, K, V (and int8 scales) first in memory is the last in order, so a kernel
-    # that takes a row's first element for its lowest address, or copies blocks of rows
-    # forwards, reads the slack (NaN) or the wrong rows
+    # dim of Q, K, V (and int8 scales) first in memory is the last in order; a kernel that
+    # keeps strides unsigned (uint32) passes every other case and reads far outside here
     for dt, q in (("f32", 3), ("f16", 1), ("bf16", 1), ("i8", 2)):
         cs.append(Case("layout", q_len=q, kv_len=90, layout="reversed", dtype=dt, n_heads=8,
                        n_kv_heads=2, causal=q > 1, start_pos=88 - q if q > 1 else 0))
@@ -529,7 +528,7 @@ def _default() -> list[Case]:
         cs.append(Case("threads", batch=2, q_len=33, kv_len=100, n_threads=t, causal=True,
                        start_pos=67, n_heads=4, n_kv_heads=2))
     # threaded prefill through the F16, BF16 and int8 paths (their own query-block splits:
-    # every threaded prefill case before these was F32 or one int8 decode-like call)
+    # every threaded prefill case before these was F32, or int8 under two callers)
     for dt, b in (("f16", 1), ("bf16", 2), ("i8", 2)):
         cs.append(Case("threads", batch=b, q_len=33, kv_len=100, n_threads=3, causal=True,
                        start_pos=67, n_heads=4, n_kv_heads=2, dtype=dt))
