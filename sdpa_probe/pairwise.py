@@ -4,8 +4,9 @@ meets in some case (an all-pairs covering array, built greedily and deterministi
 The rest of the matrix is written by hand, edge by edge; the interactions between its
 families are where a kernel's special paths hide. Before stop 34 no decode row saw
 stale cache slots, no decode case had two sequences and no F16 prefill ran on two
-threads: a decode path written for "one row sees everything" passed every case. The
-eleven factors' pairs take 13 cases here."""
+threads: a decode path written for "one row sees everything" passed every case, and
+symmetric int8 (no zero points) ran in two cases, one sequence each. The twelve
+factors' pairs take 14 cases here."""
 
 from __future__ import annotations
 
@@ -25,15 +26,20 @@ FACTORS: dict[str, tuple] = {
     "head_dim": (64, 20),                   # a multiple of 16, or a tail of 4
     "logits": (False, True),                # q and k x10
     "query_f32": (False, True),             # an F32 query over a low-precision cache
+    "zero_points": (True, False),           # int8 without them: symmetric, zero_point NULL
 }
-# the strided rows take these in turn (6 of 13 rows: the first six, the most hostile)
+# the strided rows take these in turn (6 of 14 rows: the first six, the most hostile)
 STRIDED = ("reversed", "dmajor", "fenced", "vdmajor", "offset", "padded", "bhsd", "qfused")
 HEADS = {"gqa": (8, 2), "mha": (4, 4), "mqa": (4, 1)}
 KV_LEN = 77
 
 
-def _valid(row: dict) -> bool:
-    return not (row.get("query_f32") and row.get("dtype") == "f32")
+def valid(row: dict) -> bool:
+    """Whether a (partial) row can be a case: an F32 query needs another cache dtype,
+    and only int8 goes without zero points."""
+    dtype = row.get("dtype")
+    return not ((row.get("query_f32") and dtype == "f32")
+                or (row.get("zero_points") is False and dtype not in (None, "i8")))
 
 
 def _covers(row: dict, pair: tuple) -> bool:
@@ -47,14 +53,14 @@ def covering_rows() -> list[dict]:
     names = list(FACTORS)
     todo = {tuple(sorted(((a, va), (b, vb))))
             for a, b in itertools.combinations(names, 2)
-            for va in FACTORS[a] for vb in FACTORS[b] if _valid({a: va, b: vb})}
+            for va in FACTORS[a] for vb in FACTORS[b] if valid({a: va, b: vb})}
     rows = []
     while todo:
         row = dict(min(todo, key=repr))
         for k in names:
             if k in row:
                 continue
-            options = [v for v in FACTORS[k] if _valid(dict(row, **{k: v}))]
+            options = [v for v in FACTORS[k] if valid(dict(row, **{k: v}))]
             row[k] = max(options, key=lambda v: sum(_covers(dict(row, **{k: v}), p)
                                                     for p in todo))
         todo = {p for p in todo if not _covers(row, p)}
@@ -75,5 +81,6 @@ def cases() -> list[Case]:
             mask="random" if row["mask"] else "none",
             layout=next(strided) if row["strided"] else "bshd",
             magnitude=10.0 if row["logits"] else 1.0,
-            q_dtype="f32" if row["query_f32"] else "", n_threads=row["threads"]))
+            q_dtype="f32" if row["query_f32"] else "", n_threads=row["threads"],
+            quant="asym" if row["zero_points"] else "sym"))
     return out

@@ -192,29 +192,30 @@ def _case_factors(c: Case) -> dict:
             "stale": c.causal and c.start_pos + c.q_len < c.kv_len,
             "mask": c.mask != "none", "strided": c.layout != "bshd",
             "head_dim": 64 if c.head_dim % 16 == 0 else 20,
-            "logits": c.magnitude >= 10, "query_f32": bool(c.q_dtype)}
+            "logits": c.magnitude >= 10, "query_f32": bool(c.q_dtype),
+            "zero_points": c.quant != "sym"}
 
 
 def _missing_pairs(cases: list[Case]) -> list[tuple]:
     from itertools import combinations
 
-    from sdpa_probe.pairwise import FACTORS
+    from sdpa_probe.pairwise import FACTORS, valid
 
     facts = [_case_factors(c) for c in cases]
     return [(a, va, b, vb) for a, b in combinations(FACTORS, 2)
             for va in FACTORS[a] for vb in FACTORS[b]
-            if not (a == "dtype" and va == "f32" and b == "query_f32" and vb)
-            and not any(f[a] == va and f[b] == vb for f in facts)]
+            if valid({a: va, b: vb}) and not any(f[a] == va and f[b] == vb for f in facts)]
 
 
 def test_pairs_family_covers_every_pair_of_code_path_factors():
     """The `pairs` family alone meets every pair of values of two factors a kernel
     branches on (decode / prefill, dtype, GQA / MHA / MQA, threads, batch, stale slots,
     a mask, a strided layout, a head_dim tail, large logits, an F32 query over a
-    low-precision cache), so does the default suite; the hand-written families alone
-    miss 32 such pairs (stop 34), and three of the holes had let a bug pass every case (a decode
-    path that reads the whole cache past a causal edge, one that serves batch 0 alone,
-    a threaded F16 prefill)."""
+    low-precision cache, int8 without zero points), so does the default suite; the
+    hand-written families alone miss dozens of such pairs, and four of the holes had let
+    a bug pass every case (a decode path that reads the whole cache past a causal edge,
+    one that serves batch 0 alone, a threaded F16 prefill, symmetric int8's scales read
+    without their batch stride)."""
     default = [c for c in suite("default") if not c.invalid]
     pairs = [c for c in default if c.family == "pairs"]
     assert 0 < len(pairs) <= 16
@@ -652,12 +653,13 @@ def test_a_kernel_that_assumes_aligned_rows_crashes_on_the_offset_layout(tmp_pat
 
 def test_a_kernel_that_assumes_a_zero_point_array_crashes_on_symmetric_int8(tmp_path):
     """The ABI lets zero_point be NULL (symmetric int8); a kernel that reads it
-    unconditionally passed every asymmetric case and dies on the two symmetric ones."""
+    unconditionally passed every asymmetric case and dies on every symmetric one."""
     recs = list(_cli_records(tmp_path, "zp.c", SRC.replace(
         "int zp = t->zero_point ? t->zero_point[qo] : 0;", "int zp = t->zero_point[qo];"),
         args=("--dtype", "i8")).values())
     crashed = {r["case"] for r in recs if r["status"] == "crash"}
-    assert crashed == {r["case"] for r in recs if r["case"].endswith("-sym")} != set()
+    sym = {r["case"] for r in recs if r["case"].endswith("-sym") or "-sym-" in r["case"]}
+    assert crashed == sym != set()
     assert all(r["status"] == "pass" for r in recs if r["case"] not in crashed)
 
 

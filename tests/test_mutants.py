@@ -42,6 +42,8 @@ EXPECT = [
     ("decode-causal-ignored", "decode-h8gqa4-q1-kv300-d64-f32-causal200", "NaN in"),
     ("decode-batch0-kv", "decode-b3-h8gqa4-q1-kv150-d64-f32-causal120", "error above"),
     ("decode-batch0-only", "decode-b3-h8gqa4-q1-kv150-d64-f16-causal120", "never written"),
+    ("sym-scales-no-batch-stride", "pairs-b2-h8gqa4-q5-kv77-d20-i8-random-x10-sym-qf32-t2",
+     "error above"),
 ]
 
 

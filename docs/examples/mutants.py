@@ -111,6 +111,9 @@ MUTANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "decode-batch0-only": ("decode computes the first sequence of a batch alone",
                            [("for (int64_t b = 0; b < a->batch; b++)",
                              "for (int64_t b = 0; b < (a->q_len == 1 ? 1 : a->batch); b++)")]),
+    "sym-scales-no-batch-stride": ("symmetric int8's scales read without their batch stride",
+                                   [("* t->scale[qo];", "* t->scale[t->zero_point ? qo"
+                                                         " : qo - b * t->qstride[0]];")]),
     "strides-as-uint32": ("element offsets from strides kept as unsigned 32-bit values",
                           [(ELEM_OFF, ELEM_OFF.replace("t->stride[", "(int64_t)(uint32_t)"
                                                        "t->stride["))]),
