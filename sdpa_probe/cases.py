@@ -226,6 +226,9 @@ def tolerance(case: Case) -> tuple[float, float]:
 def _smoke() -> list[Case]:
     return [
         Case("decode", n_heads=8, n_kv_heads=2, kv_len=129),
+        # a runtime's most common call: one decode step over a static cache longer than
+        # the step's causal edge (its stale slots NaN)
+        Case("decode", kv_len=300, causal=True, start_pos=200, n_heads=8, n_kv_heads=2),
         Case("prefill", q_len=33, kv_len=33, causal=True),
         Case("causal", q_len=5, kv_len=70, causal=True, start_pos=65),
         Case("masked-rows", q_len=4, kv_len=40, mask="rows:first"),
