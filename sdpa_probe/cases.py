@@ -200,6 +200,8 @@ GENERATED_FAMILIES = ("random", "pairs")
 def torch_mult(case: Case) -> float:
     """How many times torch's own error a case's atol is at least."""
     return RANDOM_TORCH_MULT if case.family in GENERATED_FAMILIES else TORCH_MULT
+
+
 ACCUM_ATOL = 2e-6
 
 
@@ -218,6 +220,15 @@ def tolerance(case: Case) -> tuple[float, float]:
     atol += ACCUM_ATOL * (math.sqrt(max(1.0, case.kv_len / 64.0)) - 1.0)
     if case.v_magnitude != 1.0:
         atol = max(atol * case.v_magnitude, SUBNORMAL_ULP[case.out_dtype])
+    return atol, rtol
+
+
+def judged_tolerance(case: Case, torch_err: float | None) -> tuple[float, float]:
+    """(atol, rtol) a verdict applies: the case's tolerance, its atol at least
+    torch_mult(case) times torch's own error on the case where torch has one."""
+    atol, rtol = tolerance(case)
+    if torch_err is not None:
+        atol = max(atol, torch_mult(case) * torch_err)
     return atol, rtol
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from . import __version__
-from .cases import SUITES, Case, all_cases, suite, tolerance, torch_mult
+from .cases import SUITES, Case, all_cases, judged_tolerance, suite, tolerance
 from .errors import ProbeError
 
 SCHEMA = "sdpa_probe.golden/1"
@@ -42,7 +42,7 @@ DEFAULT_SUITE = "default"
 # of the case's kernel tolerance (atol + rtol * |ref|): far below what could flip a
 # verdict, far above float64 rounding (~1e-16) between machines or torch builds.
 DRIFT_FRACTION = 0.01
-# torch's own error floors each case's atol (torch_mult(case) * torch_err, verdict.judge);
+# torch's own error floors each case's atol (cases.judged_tolerance, as verdict.judge);
 # a change of that effective atol by more than this fraction counts as a change.
 TORCH_ERR_DRIFT = 0.10
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
@@ -507,14 +507,6 @@ def store(root: Path | str) -> GoldenStore:
 
 # ---- comparing ---------------------------------------------------------------------
 
-def _eff_atol(case: Case, terr: float | None) -> float:
-    """The atol verdict.judge applies: the case's, floored at torch_mult x torch_err."""
-    atol, _ = tolerance(case)
-    if terr is not None:
-        atol = max(atol, torch_mult(case) * terr)
-    return atol
-
-
 def _g(x: float | None) -> str:
     return "none" if x is None else f"{x:.3g}"
 
@@ -577,7 +569,7 @@ def compare(case: Case, old_ref: np.ndarray, old_terr: float | None, old_inputs:
             reasons.append(f"{n_bad} elements moved by more than {drift:g} x tolerance: worst "
                            f"|delta| {delta[idx]:.3g} = {frac[idx]:.3g} x tolerance at "
                            f"{_at(idx)} (old {old_ref[idx]:.9g}, new {new_ref[idx]:.9g})")
-    a0, a1 = _eff_atol(case, old_terr), _eff_atol(case, new_terr)
+    a0, a1 = judged_tolerance(case, old_terr)[0], judged_tolerance(case, new_terr)[0]
     if abs(a1 - a0) > TORCH_ERR_DRIFT * a0:
         msg = (f"torch_err {_g(old_terr)} -> {_g(new_terr)} moves this case's atol "
                f"{a0:.3g} -> {a1:.3g}")

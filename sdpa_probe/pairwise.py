@@ -46,14 +46,19 @@ def _covers(row: dict, pair: tuple) -> bool:
     return all(row.get(k) == v for k, v in pair)
 
 
+def all_pairs() -> set[tuple]:
+    """Every valid pair of values of two factors, as ((factor, value), (factor, value))."""
+    return {tuple(sorted(((a, va), (b, vb))))
+            for a, b in itertools.combinations(FACTORS, 2)
+            for va in FACTORS[a] for vb in FACTORS[b] if valid({a: va, b: vb})}
+
+
 def covering_rows() -> list[dict]:
     """Rows of factor values, each pair of values of two factors in at least one: each
     row starts from the first pair not yet covered and takes, factor by factor, the
     value that covers most pairs still open (ties: the first value)."""
     names = list(FACTORS)
-    todo = {tuple(sorted(((a, va), (b, vb))))
-            for a, b in itertools.combinations(names, 2)
-            for va in FACTORS[a] for vb in FACTORS[b] if valid({a: va, b: vb})}
+    todo = all_pairs()
     rows = []
     while todo:
         row = dict(min(todo, key=repr))
@@ -84,3 +89,24 @@ def cases() -> list[Case]:
             q_dtype="f32" if row["query_f32"] else "", n_threads=row["threads"],
             quant="asym" if row["zero_points"] else "sym"))
     return out
+
+
+def factors_of(c: Case) -> dict:
+    """The FACTORS values a case has, read from its fields (any case, not only ours)."""
+    group = "mha" if c.group == 1 else "mqa" if c.n_kv_heads == 1 else "gqa"
+    return {"path": "decode" if c.q_len == 1 else "prefill", "dtype": c.dtype,
+            "group": group, "threads": 2 if c.n_threads > 1 else 1,
+            "batch": 2 if c.batch > 1 else 1,
+            "stale": c.causal and c.start_pos + c.q_len < c.kv_len,
+            "mask": c.mask != "none", "strided": c.layout != "bshd",
+            "head_dim": 64 if c.head_dim % 16 == 0 else 20,
+            "logits": c.magnitude >= 10, "query_f32": bool(c.q_dtype),
+            "zero_points": c.quant != "sym"}
+
+
+def missing_pairs(cases: list[Case]) -> list[tuple]:
+    """The valid pairs of all_pairs() that no case of `cases` has, sorted."""
+    have = set()
+    for c in cases:
+        have |= {tuple(sorted(p)) for p in itertools.combinations(factors_of(c).items(), 2)}
+    return sorted(all_pairs() - have, key=repr)

@@ -13,7 +13,7 @@ import dataclasses
 
 import numpy as np
 
-from .cases import Case, tolerance, torch_mult
+from .cases import Case, judged_tolerance
 from .inputs import OutBuffer
 
 
@@ -64,9 +64,7 @@ def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None =
     out = out.snapshot()  # (every layer reads the same moment)
     vals = out.values()
     figs = error_figures(vals, ref)
-    atol, rtol = tolerance(case)
-    if torch_err is not None:
-        atol = max(atol, torch_mult(case) * torch_err)
+    atol, rtol = judged_tolerance(case, torch_err)
     common = dict(atol=atol, rtol=rtol, torch_err=torch_err, **figs)
 
     # 0. the output changed after the call had returned (native calls: OutBuffer.at_return)

@@ -19,6 +19,7 @@ from sdpa_probe.cli import app
 from sdpa_probe.harness import WorkerPool, prepare_case, run_one
 from sdpa_probe.inputs import materialise, out_buffer
 from sdpa_probe.native import load_user_kernel
+from sdpa_probe.pairwise import missing_pairs
 from sdpa_probe.reference import sdpa_reference
 from sdpa_probe.verdict import judge
 
@@ -183,30 +184,6 @@ def test_a_kernel_whose_thread_stores_after_it_returned_is_caught(tmp_path, dela
 
 # ---- over-reads are caught through NaN slack ---------------------------------------------
 
-def _case_factors(c: Case) -> dict:
-    """The values of pairwise.FACTORS a case has, read from its fields."""
-    group = "mha" if c.group == 1 else "mqa" if c.n_kv_heads == 1 else "gqa"
-    return {"path": "decode" if c.q_len == 1 else "prefill", "dtype": c.dtype,
-            "group": group, "threads": 2 if c.n_threads > 1 else 1,
-            "batch": 2 if c.batch > 1 else 1,
-            "stale": c.causal and c.start_pos + c.q_len < c.kv_len,
-            "mask": c.mask != "none", "strided": c.layout != "bshd",
-            "head_dim": 64 if c.head_dim % 16 == 0 else 20,
-            "logits": c.magnitude >= 10, "query_f32": bool(c.q_dtype),
-            "zero_points": c.quant != "sym"}
-
-
-def _missing_pairs(cases: list[Case]) -> list[tuple]:
-    from itertools import combinations
-
-    from sdpa_probe.pairwise import FACTORS, valid
-
-    facts = [_case_factors(c) for c in cases]
-    return [(a, va, b, vb) for a, b in combinations(FACTORS, 2)
-            for va in FACTORS[a] for vb in FACTORS[b]
-            if valid({a: va, b: vb}) and not any(f[a] == va and f[b] == vb for f in facts)]
-
-
 def test_pairs_family_covers_every_pair_of_code_path_factors():
     """The `pairs` family alone meets every pair of values of two factors a kernel
     branches on (decode / prefill, dtype, GQA / MHA / MQA, threads, batch, stale slots,
@@ -219,8 +196,8 @@ def test_pairs_family_covers_every_pair_of_code_path_factors():
     default = [c for c in suite("default") if not c.invalid]
     pairs = [c for c in default if c.family == "pairs"]
     assert 0 < len(pairs) <= 16
-    assert _missing_pairs(pairs) == [] and _missing_pairs(default) == []
-    assert len(_missing_pairs([c for c in default if c.family != "pairs"])) > 0
+    assert missing_pairs(pairs) == [] and missing_pairs(default) == []
+    assert len(missing_pairs([c for c in default if c.family != "pairs"])) > 0
 
 
 def test_inputs_carry_nan_slack_past_kv_len():
