@@ -31,7 +31,14 @@ NAN_BITS = {np.dtype(np.float32): (np.uint32, 0x7FC00000),
             np.dtype(np.float16): (np.uint16, 0x7E00), np.dtype(np.uint16): (np.uint16, 0x7FC0)}
 
 MASKS = ("none", "random", "rows:first", "rows:middle", "rows:last", "rows:block", "rows:far",
-         "rows:negfinite", "window:W", "ring:W", "sink:S:W", "constant-token", "nan-inputs")
+         "rows:negfinite", "window:W", "ring:W", "sink:S:W", "constant-token", "zero-tokens",
+         "nan-inputs")
+# zero-tokens: V all zero at every ZERO_EVERY-th key from ZERO_FIRST (padding, a cleared
+# slot), its key ordinary. An int8 zero row quantizes with scale 1.0, some 40 times an
+# ordinary token's, and adds nothing: a kernel that rounds P x v_scale to a fixed point
+# below the largest scale in reach keeps 5 bits fewer of every other token's weight,
+# while torch's own error (the tolerance's floor) stays that of the ordinary tokens
+ZERO_FIRST, ZERO_EVERY = 11, 37
 
 
 @dataclasses.dataclass
@@ -65,7 +72,7 @@ def _ring_positions(kv_len: int, last_pos: int, sink: int = 0) -> np.ndarray:
 
 def make_mask(case: Case, rng: np.random.Generator) -> np.ndarray | None:
     Lq, Lkv, r = case.q_len, case.kv_len, case.mask
-    if r in ("none", "constant-token", "nan-inputs"):
+    if r in ("none", "constant-token", "zero-tokens", "nan-inputs"):
         return None
     if r == "random":
         m = rng.standard_normal((Lq, Lkv)).astype(np.float32)
@@ -378,6 +385,8 @@ def materialise(case: Case) -> CaseData:
         k[:, 3] = 0.75      # a constant token: zero quantization range
         v[:, 5] = -1.25
         v[:, 4] = 0.0
+    if case.mask == "zero-tokens":
+        v[:, ZERO_FIRST::ZERO_EVERY] = 0.0
     mask = _padded_rows(make_mask(case, rng), case.layout)
     lq, lk, lv = tensor_layouts(case.layout)
     sym = case.quant == "sym"

@@ -44,6 +44,8 @@ EXPECT = [
     ("decode-batch0-only", "decode-b3-h8gqa4-q1-kv150-d64-f16-causal120", "never written"),
     ("sym-scales-no-batch-stride", "pairs-b2-h8gqa4-q5-kv77-d20-i8-random-x10-sym-qf32-t2",
      "error above"),
+    ("pv-fixed-point", "dtype-h8gqa4-q1-kv300-d64-i8-zero-tokens-v0.01", "error above"),
+    ("pv-fixed-point", "dtype-h8gqa4-q1-kv300-d64-i8-zero-tokens-v0.01-sym", "error above"),
 ]
 
 
@@ -71,7 +73,7 @@ def _caught(tmp_path, src, bug, case_id, reason):
     assert reason in rec["reason"], rec["reason"]
 
 
-@pytest.mark.parametrize("bug,case_id,reason", EXPECT, ids=[e[0] for e in EXPECT])
+@pytest.mark.parametrize("bug,case_id,reason", EXPECT, ids=[f"{e[0]}-{e[1]}" for e in EXPECT])
 def test_online_mutant_is_caught(tmp_path, bug, case_id, reason):
     _caught(tmp_path, ONLINE_KERNEL.read_text(), bug, case_id, reason)
 

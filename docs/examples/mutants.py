@@ -33,6 +33,8 @@ ELEM_OFF = ("const int64_t off = b * t->stride[0] + s * t->stride[1] + h * t->st
             "d * t->stride[3];\n  if (t->dtype == SDPA_F32) return")
 WEIGHT = "const float w = exp2f((p[j - j0] - mn) * LOG2E);"
 Q_ELEM = "q[d] = elem(&a->q, b, i, h, d) * scale;"
+K_DOT = "for (int64_t d = 0; d < D; d++) s += q[d] * elem(&a->k, b, j, hk, d);"
+V_SCALE = "a->v.scale[b * a->v.qstride[0] + {j} * a->v.qstride[1] + hk * a->v.qstride[2]]"
 
 # name -> (what the bug is, [(old, new), ...]) for online_sdpa.c; every `old` occurs once
 MUTANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
@@ -117,6 +119,32 @@ MUTANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "strides-as-uint32": ("element offsets from strides kept as unsigned 32-bit values",
                           [(ELEM_OFF, ELEM_OFF.replace("t->stride[", "(int64_t)(uint32_t)"
                                                        "t->stride["))]),
+    # precision: the weights or the dequantised cache rounded on their way to the products
+    "p-in-f16": ("P rounded to F16 for the P.V products (the sum in F32)",
+                 [(V_ELEM, "st->acc[d] += (float)(_Float16)w * elem(&a->v, b, j, hk, d);")]),
+    "p-in-bf16": ("P rounded to BF16 for the P.V products (one vdpbf16ps piece)",
+                  [(V_ELEM, "{ float w_ = w; uint32_t u_; memcpy(&u_, &w_, 4);"
+                            " u_ = (u_ + 0x7fffu + ((u_ >> 16) & 1u)) & 0xffff0000u;"
+                            " memcpy(&w_, &u_, 4);"
+                            " st->acc[d] += w_ * elem(&a->v, b, j, hk, d); }")]),
+    "k-dequant-f16": ("int8 K dequantised into F16 before Q.K",
+                      [(K_DOT, K_DOT.replace("q[d] * elem(&a->k, b, j, hk, d)",
+                                             "q[d] * (a->k.dtype == SDPA_I8 ? (float)(_Float16)"
+                                             "elem(&a->k, b, j, hk, d)"
+                                             " : elem(&a->k, b, j, hk, d))"))]),
+    "v-dequant-f16": ("int8 V dequantised into F16 before P.V",
+                      [(V_ELEM, "st->acc[d] += w * (a->v.dtype == SDPA_I8 ? (float)(_Float16)"
+                                "elem(&a->v, b, j, hk, d) : elem(&a->v, b, j, hk, d));")]),
+    "pv-fixed-point": ("int8: P x v_scale rounded to 24-bit fixed point below the block's "
+                       "largest V scale (an integer P.V, stop 35)",
+                       [(WEIGHT, WEIGHT + " float wq_ = w; if (a->v.dtype == SDPA_I8) {"
+                                 " float smx_ = 0.0f; for (int64_t t_ = j0; t_ < j1; t_++) {"
+                                 " const float x_ = " + V_SCALE.format(j="t_") + ";"
+                                 " if (x_ > smx_) smx_ = x_; } const float sj_ = "
+                                 + V_SCALE.format(j="j") + "; int e_; frexpf(smx_, &e_);"
+                                 " wq_ = ldexpf(rintf(ldexpf(w * sj_, 24 - e_)), e_ - 24)"
+                                 " / sj_; }"),
+                        (V_ELEM, V_ELEM.replace("w * elem", "wq_ * elem"))]),
     # reads whose values are thrown away: no output shows them, the fenced layouts fault
     "k-tail-vector-read": ("each K row read as whole 16-float vectors (past head_dim)",
                            [(SCORE, SCORE + " { volatile float x_ = elem(&a->k, b, j, hk,"
