@@ -643,6 +643,7 @@ RANDOM_SEED_STRIDE = 1000
 RANDOM_MAX_FLOPS = 2e8     # a case's work, so that a slice runs in seconds
 RANDOM_LAYOUTS = ("bshd",) * 5 + ("bhsd", "padded", "dmajor", "vdmajor", "offset", "qfused")
 RANDOM_HEAD_DIMS = (64, 64, 128, 128, 16, 32, 48, 80, 96, 112, 256, 8, 3, 17, 72)
+ZERO_ROWS_FIRST = 11  # the first key the zero-tokens recipe clears (inputs.ZERO_*)
 
 
 def random_case(slice_seed: int, i: int) -> Case:
@@ -696,6 +697,9 @@ def random_case(slice_seed: int, i: int) -> Case:
     # the slices measured before) stays as it was: a quarter of the plain ones
     if layout == "bshd" and r.random() < 0.25:
         case = dataclasses.replace(case, layout=r.choice(("fenced", "fenced-start", "reversed")))
+    # stop 35's int8 V rows of zeros (V at 0.01, as the matrix's), drawn after those
+    if dtype == "i8" and mask == "none" and kv_len > ZERO_ROWS_FIRST and r.random() < 0.25:
+        case = dataclasses.replace(case, mask="zero-tokens", v_magnitude=0.01)
     return case
 
 

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import torch
 
-from .cases import KV_BLOCK, Q_BLOCK, Case
+from .cases import KV_BLOCK, Q_BLOCK, ZERO_ROWS_FIRST, Case
 from .errors import CaseUnavailable
 from .native import QuantTensor, _root_array
 
@@ -38,7 +38,7 @@ MASKS = ("none", "random", "rows:first", "rows:middle", "rows:last", "rows:block
 # ordinary token's, and adds nothing: a kernel that rounds P x v_scale to a fixed point
 # below the largest scale in reach keeps 5 bits fewer of every other token's weight,
 # while torch's own error (the tolerance's floor) stays that of the ordinary tokens
-ZERO_FIRST, ZERO_EVERY = 11, 37
+ZERO_FIRST, ZERO_EVERY = ZERO_ROWS_FIRST, 37
 
 
 @dataclasses.dataclass

@@ -210,6 +210,20 @@ def test_inputs_carry_nan_slack_past_kv_len():
     assert np.isnan(base).sum() > 0 and np.isfinite(k).all()
 
 
+def test_zero_tokens_give_int8_rows_a_scale_far_above_the_others():
+    """The zero-tokens recipe: V rows of zeros every 37th key from the 11th, which int8
+    stores with scale 1.0, some 40 times an ordinary token's (its point: docs/check.md,
+    stop 35)."""
+    case = Case("dtype", kv_len=120, dtype="i8", mask="zero-tokens", n_heads=4, n_kv_heads=2)
+    data = materialise(case)
+    zero = [11, 48, 85]
+    assert (data.v[:, zero] == 0).all() and (data.v[:, 12] != 0).any()
+    scale = data.v_store.scale[0]                                   # [S, Hkv]
+    assert (scale[zero] == 1.0).all()
+    assert scale[zero].min() > 20 * np.delete(scale, zero, axis=0).max()
+    assert (data.k[:, zero] != 0).any()  # (their keys ordinary: they are attended)
+
+
 # ---- deliberately broken kernels -----------------------------------------------------------
 
 SRC = EXAMPLE_KERNEL.read_text()
