@@ -460,11 +460,11 @@ def _default() -> list[Case]:
                    start_pos=67, n_heads=4, n_kv_heads=2))
     cs.append(Case("dtype", q_len=2, kv_len=70, dtype="i8", mask="constant-token",
                    n_heads=4, n_kv_heads=2))
-    # V rows of zeros among the keys (inputs.ZERO_*): int8 scale 1.0 beside ordinary
-    # tokens' 0.02-0.03, no weight in the output. A P.V that rounds P x v_scale to a fixed
-    # point below the largest scale of a block passed every case but constant-token
-    # (docs/check.md, stop 35); decode on the AVX-512 block path, a causal chunk, symmetric
-    # V at 0.01: the tolerance scales with V, the lost bits are the zero rows' scale's
+    # V rows of zeros among the keys (inputs.ZERO_*): int8 scale 1.0, no weight in the
+    # output. A P.V that rounds P x v_scale to a fixed point below the largest scale of a
+    # block passed every case but constant-token (docs/check.md, stop 35). Decode on the
+    # AVX-512 block path, a causal chunk, symmetric int8; V at 0.01 (ordinary scales
+    # 1.3e-4-2.8e-4): the tolerance scales with V, the bits the fixed point loses do not
     cs.append(Case("dtype", kv_len=300, dtype="i8", mask="zero-tokens", v_magnitude=0.01,
                    n_heads=8, n_kv_heads=2))
     cs.append(Case("dtype", q_len=3, kv_len=130, dtype="i8", mask="zero-tokens", causal=True,
