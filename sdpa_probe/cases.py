@@ -8,6 +8,15 @@ import dataclasses
 import math
 
 DTYPES = ("f32", "f16", "bf16", "i8")
+# mask recipes that make no mask, only change input values (inputs.materialise)
+VALUE_RECIPES = ("constant-token", "zero-tokens", "nan-inputs")
+# zero-tokens: V all zero at every ZERO_ROWS_EVERY-th key from ZERO_ROWS_FIRST (padding, a
+# cleared slot), its key ordinary. An int8 zero row quantizes with scale 1.0 (some 40 times
+# an ordinary token's at unit V) and adds nothing: a kernel that rounds P x v_scale to a
+# fixed point below the largest scale in reach keeps that many bits fewer of every other
+# token's weight, while torch's own error (the tolerance's floor) stays that of the
+# ordinary tokens
+ZERO_ROWS_FIRST, ZERO_ROWS_EVERY = 11, 37
 ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1}
 LAYOUTS = ("bshd", "bhsd", "padded", "dmajor", "vdmajor", "qfused", "offset", "far", "fenced",
            "fenced-start", "reversed")
@@ -44,7 +53,7 @@ class Case:
     dtype: str = "f32"
     causal: bool = False
     start_pos: int = 0
-    mask: str = "none"        # recipe, see inputs.MASKS
+    mask: str = "none"        # recipe, see inputs.MASKS (VALUE_RECIPES change values only)
     layout: str = "bshd"      # bshd | bhsd (seq at dim 2) | padded (views with NaN slack)
     #                           | dmajor ([B, H, D, S] storage: head_dim not innermost)
     #                           | vdmajor (only V so, as llama.cpp's transposed V cache)
@@ -460,7 +469,7 @@ def _default() -> list[Case]:
                    start_pos=67, n_heads=4, n_kv_heads=2))
     cs.append(Case("dtype", q_len=2, kv_len=70, dtype="i8", mask="constant-token",
                    n_heads=4, n_kv_heads=2))
-    # V rows of zeros among the keys (inputs.ZERO_*): int8 scale 1.0, no weight in the
+    # V rows of zeros among the keys (ZERO_ROWS_*): int8 scale 1.0, no weight in the
     # output. A P.V that rounds P x v_scale to a fixed point below the largest scale of a
     # block passed every case but constant-token (docs/check.md, stop 35). Decode on the
     # AVX-512 block path, a causal chunk, symmetric int8; V at 0.01 (ordinary scales
@@ -643,7 +652,6 @@ RANDOM_SEED_STRIDE = 1000
 RANDOM_MAX_FLOPS = 2e8     # a case's work, so that a slice runs in seconds
 RANDOM_LAYOUTS = ("bshd",) * 5 + ("bhsd", "padded", "dmajor", "vdmajor", "offset", "qfused")
 RANDOM_HEAD_DIMS = (64, 64, 128, 128, 16, 32, 48, 80, 96, 112, 256, 8, 3, 17, 72)
-ZERO_ROWS_FIRST = 11  # the first key the zero-tokens recipe clears (inputs.ZERO_*)
 
 
 def random_case(slice_seed: int, i: int) -> Case:

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import torch
 
-from .cases import KV_BLOCK, Q_BLOCK, ZERO_ROWS_FIRST, Case
+from .cases import KV_BLOCK, Q_BLOCK, VALUE_RECIPES, ZERO_ROWS_EVERY, ZERO_ROWS_FIRST, Case
 from .errors import CaseUnavailable
 from .native import QuantTensor, _root_array
 
@@ -31,14 +31,7 @@ NAN_BITS = {np.dtype(np.float32): (np.uint32, 0x7FC00000),
             np.dtype(np.float16): (np.uint16, 0x7E00), np.dtype(np.uint16): (np.uint16, 0x7FC0)}
 
 MASKS = ("none", "random", "rows:first", "rows:middle", "rows:last", "rows:block", "rows:far",
-         "rows:negfinite", "window:W", "ring:W", "sink:S:W", "constant-token", "zero-tokens",
-         "nan-inputs")
-# zero-tokens: V all zero at every ZERO_EVERY-th key from ZERO_FIRST (padding, a cleared
-# slot), its key ordinary. An int8 zero row quantizes with scale 1.0, some 40 times an
-# ordinary token's, and adds nothing: a kernel that rounds P x v_scale to a fixed point
-# below the largest scale in reach keeps 5 bits fewer of every other token's weight,
-# while torch's own error (the tolerance's floor) stays that of the ordinary tokens
-ZERO_FIRST, ZERO_EVERY = ZERO_ROWS_FIRST, 37
+         "rows:negfinite", "window:W", "ring:W", "sink:S:W", *VALUE_RECIPES)
 
 
 @dataclasses.dataclass
@@ -72,7 +65,7 @@ def _ring_positions(kv_len: int, last_pos: int, sink: int = 0) -> np.ndarray:
 
 def make_mask(case: Case, rng: np.random.Generator) -> np.ndarray | None:
     Lq, Lkv, r = case.q_len, case.kv_len, case.mask
-    if r in ("none", "constant-token", "zero-tokens", "nan-inputs"):
+    if r == "none" or r in VALUE_RECIPES:
         return None
     if r == "random":
         m = rng.standard_normal((Lq, Lkv)).astype(np.float32)
@@ -386,7 +379,7 @@ def materialise(case: Case) -> CaseData:
         v[:, 5] = -1.25
         v[:, 4] = 0.0
     if case.mask == "zero-tokens":
-        v[:, ZERO_FIRST::ZERO_EVERY] = 0.0
+        v[:, ZERO_ROWS_FIRST::ZERO_ROWS_EVERY] = 0.0  # (cases.ZERO_ROWS_*)
     mask = _padded_rows(make_mask(case, rng), case.layout)
     lq, lk, lv = tensor_layouts(case.layout)
     sym = case.quant == "sym"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 
-from .cases import Case
+from .cases import VALUE_RECIPES, Case
 
 FACTORS: dict[str, tuple] = {
     "path": ("decode", "prefill"),          # q_len 1 or 5
@@ -98,7 +98,7 @@ def factors_of(c: Case) -> dict:
             "group": group, "threads": 2 if c.n_threads > 1 else 1,
             "batch": 2 if c.batch > 1 else 1,
             "stale": c.causal and c.start_pos + c.q_len < c.kv_len,
-            "mask": c.mask != "none", "strided": c.layout != "bshd",
+            "mask": c.mask not in ("none", *VALUE_RECIPES), "strided": c.layout != "bshd",
             "head_dim": 64 if c.head_dim % 16 == 0 else 20,
             "logits": c.magnitude >= 10, "query_f32": bool(c.q_dtype),
             "zero_points": c.quant != "sym"}
