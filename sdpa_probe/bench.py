@@ -35,7 +35,7 @@ from importlib import metadata
 
 import numpy as np
 
-from . import native
+from . import TOOL, native
 from .errors import ProbeError
 
 SCHEMA = 1
@@ -995,6 +995,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
                      f"quieter machine): {', '.join(noisy)}")
     doc = {
         "schema": SCHEMA,
+        "tool": dict(TOOL),
         "mode": "cold" if cold else "warm",
         "threads": threads,
         "rounds": rounds,

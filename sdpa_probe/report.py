@@ -7,7 +7,7 @@ import platform
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from . import __version__
+from . import TOOL
 from .errors import ProbeError
 from .harness import STATUSES
 
@@ -37,7 +37,7 @@ def check_document(records: list[dict], *, suite: str, seconds: float, backends:
     clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in records]
     return {
         "schema": SCHEMA,
-        "tool": {"name": "sdpa_probe", "version": __version__},
+        "tool": dict(TOOL),
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
                         "numpy": numpy.__version__, "machine": platform.machine()},
         "suite": suite,

@@ -126,12 +126,88 @@ def test_output_path_is_opened_before_the_work():
 
 def test_output_path_check_leaves_files_as_they_were(tmp_path):
     from sdpa_probe.cli.output import check_writable
-    kept = tmp_path / "old.json"
+    from sdpa_probe.errors import ProbeError
+    kept, ours = tmp_path / "old.json", tmp_path / "report.json"
     kept.write_text("the user's data")
-    check_writable(str(kept), "--json")
-    assert kept.read_text() == "the user's data"
+    ours.write_text('{"schema": "sdpa_probe.check/1", "records": []}')
+    with pytest.raises(ProbeError, match="is not one of probe's reports; refusing to overwrite"):
+        check_writable(str(kept), "--json")
+    check_writable(str(ours), "--json")
     check_writable(str(tmp_path / "new.json"), "--json")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]
+    assert kept.read_text() == "the user's data"
+    assert ours.read_text() == '{"schema": "sdpa_probe.check/1", "records": []}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json", "report.json"]
+
+
+USERS_FILE = "my notes, not a report\n"
+
+
+@pytest.mark.parametrize("argv", [
+    ["check", "--suite", "smoke", "-b", "flash", "--json", "{file}"],
+    ["check", "--suite", "smoke", "-b", "flash", "--junit", "{file}"],
+    ["bench", "--shape", SHAPE, "--json", "{file}"],
+    PROFILE + ["--json", "{file}"],
+    PROFILE + ["--csv", "{file}"],
+    PROFILE + ["--trace", "{file}"],
+    PROFILE[:4] + ["16,32"] + PROFILE[5:] + ["--chart", "{file}.svg"],
+], ids=["check-json", "check-junit", "bench-json", "profile-json", "profile-csv",
+        "profile-trace", "profile-chart"])
+def test_an_existing_file_that_is_no_report_is_not_overwritten(argv, tmp_path):
+    # a mistyped path (--json README.md) is refused before the work, not lost after it
+    f = tmp_path / "notes"
+    f.write_text(USERS_FILE)
+    (tmp_path / "notes.svg").write_text(USERS_FILE)
+    args = [a.format(file=f) for a in argv]
+    path = next(a for a in args if a.startswith(str(f)))
+    option = args[args.index(path) - 1]
+    _usage_error(args, f"cannot write {option} {path}: it exists and is not one of probe's "
+                       "reports; refusing to overwrite it")
+    assert f.read_text() == USERS_FILE and (tmp_path / "notes.svg").read_text() == USERS_FILE
+
+
+def test_a_command_rerun_overwrites_its_own_report(tmp_path):
+    out, junit = tmp_path / "out.json", tmp_path / "out.xml"
+    argv = ["check", "--suite", "smoke", "-b", "flash", "-k", CASE, "--json", str(out),
+            "--junit", str(junit)]
+    for _ in range(2):
+        res = runner.invoke(app, argv)
+        assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert doc["tool"]["name"] == "sdpa_probe" and len(doc["records"]) == 1
+    assert junit.read_text().count("<testcase ") == 1
+
+
+@pytest.mark.parametrize("text,ours", [
+    ("", True),
+    ('{"schema": "sdpa_probe.check/1"}', True),
+    ('{"tool": {"name": "sdpa_probe", "version": "0.1.0"}, "results": []}', True),
+    # written before reports named their writer: probe bench's, probe profile's
+    ('{"schema": 1, "mode": "warm", "peers": {}, "results": []}', True),
+    ('{"model": {}, "weights": "f16", "cache": "f16", "builds": {}, "steps": 20}', True),
+    ('{"traceEvents": [], "otherData": {"sdpa_probe": "0.1.0"}}', True),
+    ("<?xml version='1.0' encoding='utf-8'?>\n<testsuites name=\"probe check\" time=\"1\">", True),
+    ('<svg xmlns="http://www.w3.org/2000/svg">\n<title>probe profile: time per op</title>', True),
+    ('{"schema": 1, "results": []}', False),
+    ('{"traceEvents": []}', False),
+    ("[1, 2, 3]", False),
+    ("{not json", False),
+    ("<?xml version='1.0'?>\n<testsuites name=\"pytest\">", False),
+    ("attention,kernel\n", False),
+    ("# sdpa_probe\n", False),
+])
+def test_what_counts_as_an_earlier_report(text, ours, tmp_path):
+    from sdpa_probe.cli.output import _not_a_report
+    f = tmp_path / "f"
+    f.write_text(text)
+    assert (_not_a_report(f) is None) == ours
+
+
+def test_a_profile_csv_header_counts_as_a_report(tmp_path):
+    from sdpa_probe.cli.output import _not_a_report
+    from sdpa_probe.profile.report import CSV_FIELDS
+    f = tmp_path / "p.csv"
+    f.write_text(",".join(CSV_FIELDS) + ",cpu\nfused,flash,16\n")
+    assert _not_a_report(f) is None
 
 
 def test_output_never_overwrites_the_kernel_file(tmp_path):

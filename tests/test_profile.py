@@ -456,6 +456,8 @@ def test_machine_and_build_context_everywhere(tmp_path):
 
 def test_interactive_session_with_deltas_and_save(tmp_path):
     saved, final = tmp_path / "explored.json", tmp_path / "final.json"
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the user's notes")
     commands = "\n".join([
         "context 30",                         # run 2: the context changes
         "attention=decomposed, cache=f32",    # run 3: two settings on one line
@@ -464,6 +466,7 @@ def test_interactive_session_with_deltas_and_save(tmp_path):
         "threads 0",                          # run 4
         "",                                   # run 5: rerun as is
         f"save {saved}",
+        f"save {notes}",                      # refused: not a report; the loop goes on
         "history",
         "quit",
         "context 99",                         # never read
@@ -480,6 +483,10 @@ def test_interactive_session_with_deltas_and_save(tmp_path):
     assert "runs so far" in out
     assert "error: unknown setting 'bogus'" in res.stderr
     assert "settings come in pairs" in res.stderr
+    said = "".join(res.stderr.split())  # (wrapped to the terminal, paths too)
+    assert "".join(f"cannot write the session to {notes}: it exists and is not one of "
+                   "probe's reports".split()) in said
+    assert notes.read_text() == "the user's notes"
     doc = json.loads(saved.read_text())
     assert doc["interactive"] is True and len(doc["runs"]) == 5
     r = doc["runs"]

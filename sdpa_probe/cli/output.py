@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from .. import TOOL
 from ..errors import ProbeError
 
 
@@ -129,9 +130,10 @@ def human_bytes(n: float | None) -> str:
 
 
 def check_writable(path: str | None, option: str, inputs=()) -> None:
-    """Before the work, not after it: an output PATH must be a file (new or not) in an
-    existing, writable directory, and none of the command's input files (a --kernel
-    source); otherwise a one-line ProbeError naming the option."""
+    """Before the work, not after it: an output PATH must be a new file, an empty one
+    or a report this tool wrote earlier (rerunning a command overwrites its own
+    output), in an existing, writable directory, and none of the command's input files
+    (a --kernel source); otherwise a one-line ProbeError naming the option."""
     if path is None or path == "-":
         return
     p = Path(path).expanduser()
@@ -145,11 +147,64 @@ def check_writable(path: str | None, option: str, inputs=()) -> None:
         why = f"{parent} is not a directory" if parent.exists() else f"no directory {parent}"
     elif not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         why = "permission denied"
+    elif (foreign := _not_a_report(p)) is not None:
+        why = f"{foreign}; refusing to overwrite it (remove it, or choose another path)"
     else:
         why = _open_fails(p)
         if why is None:
             return
     raise ProbeError(f"cannot write {option} {path}: {why}")
+
+
+# written before reports said who wrote them (TOOL): probe bench's and probe profile's
+_OLD_BENCH_KEYS = {"schema", "mode", "peers", "results"}
+_OLD_PROFILE_KEYS = {"model", "weights", "cache", "builds", "steps"}
+_SNIFF_LIMIT = 1 << 30  # (a report is far smaller; a larger file is not one)
+
+
+def _is_report(doc: Any) -> bool:
+    """A JSON document this tool writes: check, bench, profile, an interactive profile
+    session, a Chrome trace of a profile, a reproduction."""
+    if not isinstance(doc, dict):
+        return False
+    tool, schema = doc.get("tool"), doc.get("schema")
+    meta = doc.get("otherData")
+    return ((isinstance(tool, dict) and tool.get("name") == TOOL["name"])
+            or (isinstance(schema, str) and schema.startswith("sdpa_probe."))
+            or (schema == 1 and _OLD_BENCH_KEYS <= doc.keys())
+            or _OLD_PROFILE_KEYS <= doc.keys()
+            or ("traceEvents" in doc and isinstance(meta, dict) and TOOL["name"] in meta))
+
+
+def _not_a_report(p: Path) -> str | None:
+    """Why an existing file at an output path is the user's, not an earlier report of
+    this tool's (None: it is one, it is empty, or it is no regular file). A mistyped
+    --json README.md is refused before the work instead of being lost after it."""
+    if not p.is_file():
+        return None  # new, or a FIFO or a device (/dev/stdout)
+    try:
+        size = p.stat().st_size
+        if size == 0:
+            return None
+        if size > _SNIFF_LIMIT:
+            return "it exists and is not one of probe's reports"
+        text = p.read_bytes().decode("utf-8", "replace")
+    except OSError as exc:
+        return f"it exists and cannot be read ({exc.strerror})"
+    head = text[:4096].lstrip()
+    if head.startswith("{"):
+        try:
+            ours = _is_report(json.loads(text))
+        except ValueError:
+            ours = False
+    elif head.startswith("<?xml") or head.startswith("<testsuites"):
+        ours = '<testsuites name="probe check"' in head  # JUnit XML of probe check
+    elif head.startswith("<svg"):
+        ours = "<title>probe profile" in head  # probe profile --chart
+    else:  # probe profile --csv: its header row
+        from ..profile.report import CSV_FIELDS
+        ours = head.startswith(",".join(CSV_FIELDS) + ",")
+    return None if ours else "it exists and is not one of probe's reports"
 
 
 def _open_fails(p: Path) -> str | None:

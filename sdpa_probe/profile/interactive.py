@@ -10,7 +10,8 @@ from pathlib import Path
 
 from rich.table import Table
 
-from ..cli.output import dumps
+from .. import TOOL
+from ..cli.output import check_writable, dumps
 from ..errors import ProbeError
 from . import models, report, runner
 
@@ -157,9 +158,10 @@ class Explorer:
         return t
 
     def document(self) -> dict:
-        return {"interactive": True, "runs": self.history}
+        return {"tool": dict(TOOL), "interactive": True, "runs": self.history}
 
     def save(self, path: str) -> None:
+        check_writable(path, "the session to")  # (an earlier save of it is a report: overwritten)
         try:
             Path(path).expanduser().write_text(dumps(self.document()) + "\n")
         except OSError as exc:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .. import native
+from .. import TOOL, native
 from ..errors import KernelError, ProbeError, SdpaUnsupported
 from ..machine import mem_available
 from . import builds, decode, graph, stats
@@ -559,7 +559,7 @@ def profile(s: Settings, progress: Callable[[str], None] | None = None,
          f"allocating {_gib(plan['total_bytes'])}")
     record_ns = {c: decode.record_cost_ns(build=b) for c, b in used.items()}
     roof = roofline_numbers(s)
-    head = {"model": s.shape.as_dict(), "weights": s.weights, "cache": s.cache,
+    head = {"tool": dict(TOOL), "model": s.shape.as_dict(), "weights": s.weights, "cache": s.cache,
             "threads": threads, "kernels": {a.label: a.kernel for a in atts}, "roofline": roof,
             "machine": builds.machine_meta(threads),
             "builds": {b.label: b.meta() for b in used.values()},
