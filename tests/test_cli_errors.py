@@ -184,6 +184,7 @@ def test_a_command_rerun_overwrites_its_own_report(tmp_path):
     # written before reports named their writer: probe bench's, probe profile's
     ('{"schema": 1, "mode": "warm", "peers": {}, "results": []}', True),
     ('{"model": {}, "weights": "f16", "cache": "f16", "builds": {}, "steps": 20}', True),
+    ('{"interactive": true, "runs": []}', True),
     ('{"traceEvents": [], "otherData": {"sdpa_probe": "0.1.0"}}', True),
     ("<?xml version='1.0' encoding='utf-8'?>\n<testsuites name=\"probe check\" time=\"1\">", True),
     ('<svg xmlns="http://www.w3.org/2000/svg">\n<title>probe profile: time per op</title>', True),

@@ -156,7 +156,8 @@ def check_writable(path: str | None, option: str, inputs=()) -> None:
     raise ProbeError(f"cannot write {option} {path}: {why}")
 
 
-# written before reports said who wrote them (TOOL): probe bench's and probe profile's
+# written before reports said who wrote them (TOOL): probe bench's, probe profile's and
+# its interactive session's
 _OLD_BENCH_KEYS = {"schema", "mode", "peers", "results"}
 _OLD_PROFILE_KEYS = {"model", "weights", "cache", "builds", "steps"}
 _SNIFF_LIMIT = 1 << 30  # (a report is far smaller; a larger file is not one)
@@ -173,6 +174,7 @@ def _is_report(doc: Any) -> bool:
             or (isinstance(schema, str) and schema.startswith("sdpa_probe."))
             or (schema == 1 and _OLD_BENCH_KEYS <= doc.keys())
             or _OLD_PROFILE_KEYS <= doc.keys()
+            or (doc.get("interactive") is True and isinstance(doc.get("runs"), list))
             or ("traceEvents" in doc and isinstance(meta, dict) and TOOL["name"] in meta))
 
 
