@@ -13,8 +13,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "core_clock.h"
 
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
@@ -29,21 +30,6 @@ static uint8_t A[16 * 64] __attribute__((aligned(64)));
 static uint8_t B[4 * 1024] __attribute__((aligned(64)));
 static int32_t C[4][256] __attribute__((aligned(64)));
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* The core clock: a dependent chain of imul, 3 cycles each on x86 cores. */
-static double clock_hz(void) {
-  uint64_t x = 12345;
-  const long n = 30000000;
-  const double t0 = now();
-  for (long i = 0; i < n; i++) __asm__ volatile("imul %0, %0" : "+r"(x));
-  return 3.0 * (double)n / (now() - t0);
-}
-
 /* tiles 0-3: C (crows x 16 int32); 4: A (arows x acolsb bytes); 5-7: B (brows x 64) */
 static void configure(int arows, int acolsb, int brows, int crows) {
   tile_cfg c;
@@ -54,6 +40,27 @@ static void configure(int arows, int acolsb, int brows, int crows) {
   for (int i = 5; i < 8; i++) c.colsb[i] = 64, c.rows[i] = (uint8_t)brows;
   _tile_loadconfig(&c);
 }
+
+/* OP(0) .. OP(3), n times: cycles per instruction into OUT (n and hz in scope) */
+#define TIMED(OUT, OP)                                         \
+  do {                                                         \
+    const double t0_ = now();                                  \
+    for (long i = 0; i < n; i++) {                             \
+      OP(0);                                                   \
+      OP(1);                                                   \
+      OP(2);                                                   \
+      OP(3);                                                   \
+    }                                                          \
+    (OUT) = (now() - t0_) * hz / (4.0 * n);                    \
+  } while (0)
+#define DPBUSD(c) _tile_dpbusd(c, 4, 5)
+#define DPBF16(c) _tile_dpbf16ps(c, 4, 5)
+#define STORE_C(c) _tile_stored(c, C[c], 64)
+#define LOAD(c) LOAD_##c /* (a tile's number is a literal in the instruction) */
+#define LOAD_0 _tile_loadd(5, B, 64)
+#define LOAD_1 _tile_loadd(6, B + 1024, 64)
+#define LOAD_2 _tile_loadd(7, B + 2048, 64)
+#define LOAD_3 _tile_loadd(4, A, 64)
 
 int main(void) {
   if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) {
@@ -75,38 +82,10 @@ int main(void) {
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
-      double t0 = now();
-      for (long i = 0; i < n; i++) { /* four independent accumulators */
-        _tile_dpbusd(0, 4, 5);
-        _tile_dpbusd(1, 4, 5);
-        _tile_dpbusd(2, 4, 5);
-        _tile_dpbusd(3, 4, 5);
-      }
-      dp[run] = (now() - t0) * hz / (4.0 * n);
-      t0 = now();
-      for (long i = 0; i < n; i++) { /* the BF16 product, on the same tiles' bytes */
-        _tile_dpbf16ps(0, 4, 5);
-        _tile_dpbf16ps(1, 4, 5);
-        _tile_dpbf16ps(2, 4, 5);
-        _tile_dpbf16ps(3, 4, 5);
-      }
-      bf[run] = (now() - t0) * hz / (4.0 * n);
-      t0 = now();
-      for (long i = 0; i < n; i++) {
-        _tile_stored(0, C[0], 64);
-        _tile_stored(1, C[1], 64);
-        _tile_stored(2, C[2], 64);
-        _tile_stored(3, C[3], 64);
-      }
-      st[run] = (now() - t0) * hz / (4.0 * n);
-      t0 = now();
-      for (long i = 0; i < n; i++) {
-        _tile_loadd(5, B, 64);
-        _tile_loadd(6, B + 1024, 64);
-        _tile_loadd(7, B + 2048, 64);
-        _tile_loadd(4, A, 64);
-      }
-      ld[run] = (now() - t0) * hz / (4.0 * n);
+      TIMED(dp[run], DPBUSD); /* four independent accumulators */
+      TIMED(bf[run], DPBF16); /* the BF16 product, on the same tiles' bytes */
+      TIMED(st[run], STORE_C);
+      TIMED(ld[run], LOAD);
     }
     for (int i = 0; i < 5; i++) /* (sort for the median) */
       for (int j = i + 1; j < 5; j++) {

@@ -16,24 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core_clock.h"
 #include "flash_x512.h"
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* The core clock: a dependent chain of imul, 3 cycles each on x86 cores. */
-static double clock_hz(void) {
-  uint64_t x = 12345;
-  const long n = 30000000;
-  const double t0 = now();
-  for (long i = 0; i < n; i++) __asm__ volatile("imul %0, %0" : "+r"(x));
-  return 3.0 * (double)n / (now() - t0);
-}
 
 static void *alloc(size_t bytes) {
   void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
