@@ -41,6 +41,16 @@ static void configure(int arows, int acolsb, int brows, int crows) {
   _tile_loadconfig(&c);
 }
 
+static double median5(double *x) { /* (sorts x) */
+  for (int i = 0; i < 5; i++)
+    for (int j = i + 1; j < 5; j++)
+      if (x[j] < x[i]) {
+        const double t = x[i];
+        x[i] = x[j], x[j] = t;
+      }
+  return x[2];
+}
+
 /* OP(0) .. OP(3), n times: cycles per instruction into OUT (n and hz in scope) */
 #define TIMED(OUT, OP)                                         \
   do {                                                         \
@@ -87,17 +97,10 @@ int main(void) {
       TIMED(st[run], STORE_C);
       TIMED(ld[run], LOAD);
     }
-    for (int i = 0; i < 5; i++) /* (sort for the median) */
-      for (int j = i + 1; j < 5; j++) {
-        double t;
-        if (dp[j] < dp[i]) t = dp[i], dp[i] = dp[j], dp[j] = t;
-        if (bf[j] < bf[i]) t = bf[i], bf[i] = bf[j], bf[j] = t;
-        if (st[j] < st[i]) t = st[i], st[i] = st[j], st[j] = t;
-        if (ld[j] < ld[i]) t = ld[i], ld[i] = ld[j], ld[j] = t;
-      }
+    const double mdp = median5(dp);
     printf("A %2d x %2d B, %2d x 64 B, C %2d x 16: tdpbusd %5.1f  tdpbf16ps %5.1f  tilestored C %5.1f  tileloadd %5.1f"
            "  (tdpbusd: %.0f multiply-adds a cycle)\n",
-           ar, ac, br, cr, dp[2], bf[2], st[2], ld[2], (double)cr * 16 * ac / dp[2]);
+           ar, ac, br, cr, mdp, median5(bf), median5(st), median5(ld), (double)cr * 16 * ac / mdp);
   }
   _tile_release();
   return C[0][0] == 12345; /* (keeps the stores) */
