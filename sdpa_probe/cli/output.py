@@ -161,6 +161,7 @@ def check_writable(path: str | None, option: str, inputs=()) -> None:
 _OLD_BENCH_KEYS = {"schema", "mode", "peers", "results"}
 _OLD_PROFILE_KEYS = {"model", "weights", "cache", "builds", "steps"}
 _SNIFF_LIMIT = 1 << 30  # (a report is far smaller; a larger file is not one)
+_NOT_A_REPORT = "it exists and is not one of probe's reports"
 
 
 def _is_report(doc: Any) -> bool:
@@ -189,7 +190,7 @@ def _not_a_report(p: Path) -> str | None:
         if size == 0:
             return None
         if size > _SNIFF_LIMIT:
-            return "it exists and is not one of probe's reports"
+            return _NOT_A_REPORT
         text = p.read_bytes().decode("utf-8", "replace")
     except OSError as exc:
         return f"it exists and cannot be read ({exc.strerror})"
@@ -206,7 +207,7 @@ def _not_a_report(p: Path) -> str | None:
     else:  # probe profile --csv: its header row
         from ..profile.report import CSV_FIELDS
         ours = head.startswith(",".join(CSV_FIELDS) + ",")
-    return None if ours else "it exists and is not one of probe's reports"
+    return None if ours else _NOT_A_REPORT
 
 
 def _open_fails(p: Path) -> str | None:
