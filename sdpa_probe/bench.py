@@ -37,6 +37,7 @@ import numpy as np
 
 from . import TOOL, native
 from .errors import ProbeError
+from .workload import ITEMSIZE, Workload
 
 SCHEMA = 1
 DTYPES = ("f32", "f16", "bf16", "i8")
@@ -83,46 +84,34 @@ class Shape:
         return max(0, self.kv_len - self.q_len) if self.causal else 0
 
     @property
+    def workload(self) -> Workload:
+        # (an int8 shape's query is int8 too: its output F32)
+        return Workload(self.batch, self.n_heads, self.n_kv_heads, self.q_len, self.kv_len,
+                        self.head_dim, self.dtype, "", self.causal, self.start_pos)
+
+    @property
     def itemsize(self) -> int:
-        return {"f32": 4, "f16": 2, "bf16": 2, "i8": 1}[self.dtype]
+        return ITEMSIZE[self.dtype]
 
     @property
     def out_dtype(self) -> str:
-        return "f32" if self.dtype == "i8" else self.dtype
-
-    def visible_pairs(self) -> int:
-        """(query, key) pairs a query sees, per batch entry and head."""
-        if not self.causal:
-            return self.q_len * self.kv_len
-        total = 0
-        for i in range(self.q_len):
-            total += max(0, min(self.kv_len, self.start_pos + i + 1))
-        return total
+        return self.workload.out_dtype
 
     @property
     def flops(self) -> int:
-        """2 flops per multiply-add of Q.K^T and P.V over the visible pairs."""
-        return 4 * self.batch * self.n_heads * self.visible_pairs() * self.head_dim
+        return self.workload.flops
 
     @property
     def kv_bytes(self) -> int:
-        """Unique K and V bytes (with per-token scale and zero point for int8)."""
-        rows = self.batch * self.kv_len * self.n_kv_heads
-        per_row = self.head_dim * self.itemsize + (5 if self.dtype == "i8" else 0)
-        return 2 * rows * per_row
+        return self.workload.kv_bytes
 
     @property
     def kv_elements(self) -> int:
-        """K and V elements: what a kernel converts to F32 (once each, at best)."""
-        return 2 * self.batch * self.kv_len * self.n_kv_heads * self.head_dim
+        return self.workload.kv_elements
 
     @property
     def bytes(self) -> int:
-        """Unique bytes per call: q, k, v read once, out written once."""
-        rows = self.batch * self.q_len * self.n_heads
-        q = rows * (self.head_dim * self.itemsize + (5 if self.dtype == "i8" else 0))
-        out = rows * self.head_dim * (4 if self.out_dtype == "f32" else 2)
-        return q + self.kv_bytes + out
+        return self.workload.bytes
 
     def as_dict(self) -> dict:
         return {"kind": self.kind, "batch": self.batch, "n_heads": self.n_heads,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from .workload import ITEMSIZE, Workload
+
 DTYPES = ("f32", "f16", "bf16", "i8")
 # mask recipes that make no mask, only change input values (inputs.materialise)
 VALUE_RECIPES = ("constant-token", "zero-tokens", "nan-inputs")
@@ -17,7 +19,6 @@ VALUE_RECIPES = ("constant-token", "zero-tokens", "nan-inputs")
 # token's weight, while torch's own error (the tolerance's floor) stays that of the
 # ordinary tokens
 ZERO_ROWS_FIRST, ZERO_ROWS_EVERY = 11, 37
-ITEMSIZE = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1}
 LAYOUTS = ("bshd", "bhsd", "padded", "dmajor", "vdmajor", "qfused", "offset", "far", "fenced",
            "fenced-start", "reversed")
 
@@ -169,17 +170,18 @@ class Case:
         return self.q_dtype or self.dtype
 
     @property
+    def workload(self) -> Workload:
+        return Workload(self.batch, self.n_heads, self.n_kv_heads, self.q_len, self.kv_len,
+                        self.head_dim, self.dtype, self.q_dtype, self.causal, self.start_pos,
+                        self.quant)
+
+    @property
     def flops(self) -> int:
-        """2 * (QK^T + PV) multiply-adds over every (query, key) pair."""
-        return 4 * self.batch * self.n_heads * self.q_len * self.kv_len * self.head_dim
+        return self.workload.flops
 
     @property
     def bytes(self) -> int:
-        """Unique bytes read (q, k, v) and written (out)."""
-        item, q_item = ITEMSIZE[self.dtype], ITEMSIZE[self.out_dtype]
-        qo = self.batch * self.q_len * self.n_heads * self.head_dim
-        kv = 2 * self.batch * self.kv_len * self.n_kv_heads * self.head_dim
-        return qo * q_item + kv * item + qo * (4 if self.out_dtype in ("f32", "i8") else q_item)
+        return self.workload.bytes
 
 
 # ---- tolerances ----------------------------------------------------------------
