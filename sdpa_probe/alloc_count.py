@@ -23,6 +23,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
+from .children import child_env, signal_name
 from .errors import BuildError
 
 WARMUP = 2
@@ -54,7 +55,6 @@ def count(jobs: Sequence[dict], threads: int, calls: int = CALLS,
     "executorch" or a kernel spec: a registered name or a kernel file}): a list of
     {"allocs", "bytes", "frees", "threads"} per call (floats) or {"error": why}, in job order;
     all None with the reason when nothing can be counted here."""
-    from .harness import child_env, signal_name
 
     lib, why = preload_library()
     if lib is None:

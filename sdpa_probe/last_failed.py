@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from .build import cache_root
-from .report import FAILING
+from .records import FAILING
 
 SCHEMA = 1
 MAX_BACKENDS = 64  # your kernels are backends by path: the oldest records go first

@@ -131,7 +131,7 @@ class Kernel:
     def __init__(self, ffi, lib, info: KernelInfo, user: bool = False,
                  build: BuildResult | None = None):
         self.ffi, self.lib, self.info, self.user = ffi, lib, info, user
-        self.build = build  # a user kernel's module (harness.trial_call loads it elsewhere)
+        self.build = build  # a user kernel's module (trial_call loads it in a child)
 
     @property
     def name(self) -> str:

@@ -9,10 +9,9 @@ from pathlib import Path
 
 from . import TOOL
 from .errors import ProbeError
-from .harness import STATUSES
+from .records import FAILING, STATUSES, public
 
 SCHEMA = "sdpa_probe.check/1"
-FAILING = ("fail", "crash", "timeout", "error")
 
 
 def summary(records: list[dict]) -> dict:
@@ -34,7 +33,7 @@ def check_document(records: list[dict], *, suite: str, seconds: float, backends:
     import numpy
     import torch
 
-    clean = [{k: v for k, v in r.items() if not k.startswith("_")} for r in records]
+    clean = [public(r) for r in records]
     return {
         "schema": SCHEMA,
         "tool": dict(TOOL),

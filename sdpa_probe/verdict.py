@@ -2,10 +2,10 @@
 thread still running: what the rest would judge is a moving target), then NaN/Inf
 disagreement, then poison (unwritten output)
 and guard (out-of-bounds write) violations, inputs written and a floating-point
-environment left changed, then error against tolerance. (Two more layers live in
-harness.py, where the calls are made: a passing call made again, the heap watched for
-a leak and the answer judged once more, in _repeat_verdict; a failing one retried on
-fresh copies of its inputs, in retry_on_fresh_inputs.)"""
+environment left changed, then error against tolerance. (Two more layers, which
+make more calls, live beside it in judge/: a passing call made again, the heap watched
+for a leak and the answer judged once more (judge/repeat.py); a failing one retried on
+fresh copies of its inputs (judge/fresh_inputs.py).)"""
 
 from __future__ import annotations
 

@@ -11,12 +11,16 @@ import numpy as np
 from rich.table import Table
 from rich.text import Text
 
-from .. import harness
+from ..backends import make
 from ..cases import Case, all_cases, tolerance
 from ..cases import find_case as cases_find_case
+from ..check.calls import run_one
+from ..check.pool import WorkerPool
 from ..errors import ProbeError
-from ..harness import WorkerPool, prepare_case, run_one
-from ..report import FAILING, save_repro
+from ..judge import repeat
+from ..oracle import prepare_case
+from ..records import FAILING, public
+from ..report import save_repro
 from ..verdict import error_map
 from .output import Output
 
@@ -68,19 +72,15 @@ def run_repro(out: Output, case_id: str, names: list[str], save: Path | None, fo
     backends in the same process each time (their verdicts are not this repro's). With
     json_path, the same as one JSON document (REPRO_SCHEMA)."""
     setup = setup or {}
-    saved, harness.LEAK_CHECK = harness.LEAK_CHECK, setup.get("leak_check", True)
+    saved, repeat.LEAK_CHECK = repeat.LEAK_CHECK, setup.get("leak_check", True)
     doc: dict = {"schema": REPRO_SCHEMA}
     try:
         code = _run_repro(out, case_id, names, save, force, timeout, seed, setup, after, doc)
     finally:
-        harness.LEAK_CHECK = saved
+        repeat.LEAK_CHECK = saved
     if json_path:
         out.write_json(json_path, doc)
     return code
-
-
-def _public(rec: dict) -> dict:
-    return {k: v for k, v in rec.items() if not k.startswith("_")}
 
 
 def _run_repro(out: Output, case_id: str, names: list[str], save: Path | None, force: bool,
@@ -102,13 +102,13 @@ def _run_repro(out: Output, case_id: str, names: list[str], save: Path | None, f
     for rec in records[:n_first]:
         out.print(f"ran first: {rec['backend']} on {rec['case']}: {rec['status']}")
     doc.update(case=case.id, params=case.params(),
-               ran_first=[_public(r) for r in records[:n_first]], records=[], detail={})
+               ran_first=[public(r) for r in records[:n_first]], records=[], detail={})
     records = records[n_first:]
     prep = prepare_case(case)
     atol, rtol = tolerance(case)
     code = 0
     for rec in records:
-        doc["records"].append(_public(rec))
+        doc["records"].append(public(rec))
         st = rec["status"]
         out.print(f"[bold]{rec['backend']}[/] on [bold]{case.id}[/]: {st}"
                   + (f" - {rec['reason']}" if rec["reason"] else ""))
@@ -116,9 +116,7 @@ def _run_repro(out: Output, case_id: str, names: list[str], save: Path | None, f
             code = 1
         if st in ("crash", "timeout", "unsupported", "error") or case.invalid:
             continue  # (an invalid call has no output to map: its status is the verdict)
-        from ..backends import make_backend
-
-        backend = make_backend(rec["backend"])
+        backend = make(rec["backend"])
         for c in first:  # (the same history in this process, before the call shown)
             run_one(backend, c, prepare_case(c))
         full = run_one(backend, case, prep, keep_output=True)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import typer
 from rich.table import Table
 
 from .. import native
+from ..backends import parse
 from ..cases import DTYPES, Case
+from ..check.single import check_and_time
 from ..errors import ProbeError
-from ..harness import WorkerPool, prepare_case
 from . import command
 from .output import Output
 
@@ -66,43 +64,24 @@ def run_command(
     so a crash is reported) and time it."""
     out = Output(json_out)
     if user_kernel is not None:
-        native.load_user_kernel(user_kernel)
-        name = f"user:{user_kernel}"
+        native.load_user_kernel(user_kernel)  # (build errors surface here, once)
+        spec = parse(str(user_kernel))
     else:
-        native.get_kernel(kernel)
-        name = kernel
+        spec = parse(kernel)
+        if spec.kind != "native":
+            raise ProbeError(f"{kernel}: probe run takes one of our kernels (probe kernels), "
+                             "or your kernel file with --kernel FILE")
     case = shape_case(batch, heads, kv_heads, q_len, kv_len, head_dim, dtype, causal,
                       start_pos, threads, seed, q_dtype)
-    records: list[dict] = []
-    WorkerPool(jobs=1, timeout=120).run([(case, [name])], records.append)
-    rec = records[0]
-    times: list[float] = []
-    if rec["status"] == "pass":
-        from ..backends import make_backend
-        from ..inputs import out_buffer
-
-        backend = make_backend(name)
-        prep = prepare_case(case)
-        buf = out_buffer(case)
-        call = backend.prepare(prep.data, buf)
-        backend.run(prep.data, buf, call)
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            backend.run(prep.data, buf, call)
-            times.append(time.perf_counter() - t0)
-    result = dict(rec, params=case.params(), flops=case.flops, bytes=case.bytes)
-    if times:
-        med = statistics.median(times)
-        result.update(median_us=med * 1e6, gb_s=case.bytes / med / 1e9,
-                      gflop_s=case.flops / med / 1e9)
+    rec = result = check_and_time(spec, case, repeat)
     if json_out:
         out.emit_json(result)
     else:
-        t = Table(show_header=False, box=None, title=f"{name} on {case.id}", title_justify="left")
+        t = Table(show_header=False, box=None, title=f"{spec.name} on {case.id}", title_justify="left")
         t.add_row("status", rec["status"] + (f" - {rec['reason']}" if rec["reason"] else ""))
         if rec["max_abs_err"] is not None:
             t.add_row("max abs err", f"{rec['max_abs_err']:.3e} (tol {rec['atol']:.1e})")
-        if times:
+        if "median_us" in result:
             rate = f"{result['gb_s']:.1f} GB/s, {result['gflop_s']:.1f} GFLOP/s"
             t.add_row("median time", f"{result['median_us']:.1f} us over {repeat} calls ({rate})")
         out.print(t)

@@ -1,0 +1,22 @@
+"""The SDPA paths under test, behind one Backend protocol (base.py) and one registry
+(registry.py): our native kernels and a user's (native_kernel.py), torch
+(torch_sdpa.py), ExecuTorch (executorch.py)."""
+
+from .base import Backend, Nondeterministic, Unsupported, describe_failure
+from .executorch import executorch_library, executorch_version
+from .registry import (
+    REGISTERED,
+    BackendSpec,
+    default_specs,
+    is_kernel_file,
+    known_names,
+    make,
+    parse,
+    parse_list,
+)
+from .torch_sdpa import TorchBackend, torch_error
+
+__all__ = ["Backend", "BackendSpec", "Nondeterministic", "REGISTERED", "TorchBackend",
+           "Unsupported", "default_specs", "describe_failure", "executorch_library",
+           "executorch_version", "is_kernel_file", "known_names", "make", "parse", "parse_list",
+           "torch_error"]

@@ -1,0 +1,73 @@
+"""A check worker process: builds each case it is sent once, runs every backend on
+it and sends a record per backend back."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+from ..backends import make
+from ..cases import Case
+from ..errors import CaseUnavailable
+from ..judge import repeat
+from ..judge.fresh_inputs import retry_on_fresh_inputs
+from ..native import configure
+from ..records import base_record
+from .calls import prepare_case, run_one
+
+
+def worker_main(conn, setup: dict) -> None:
+    # what the kernel prints (an abort's message, a library's logging) goes to a
+    # log the parent reads when this process dies
+    if setup.get("log"):
+        fd = os.open(setup["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+
+    import torch  # deferred: after the log is in place, so that torch's own words go there
+
+    torch.set_num_threads(1)
+
+    configure(**setup.get("build", {}))
+    repeat.LEAK_CHECK = setup.get("leak_check", True)
+    backends: dict = {}
+    earlier: dict[str, Case] = {}  # the case each backend ran last in this process
+    conn.send(("ready",))
+    while True:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            return
+        if msg is None:
+            return
+        params, names = msg
+        case = Case(**params)
+        try:
+            prep = prepare_case(case, golden=setup.get("golden"))
+        except Exception as exc:
+            if isinstance(exc, CaseUnavailable):
+                status, reason = "unsupported", f"not on this machine: {exc}"
+            else:
+                err = traceback.format_exc(limit=3).strip().splitlines()[-1]
+                status, reason = "error", f"harness could not build the case: {err}"
+            for name in names:
+                rec = base_record(name, case)
+                rec.update(status=status, reason=reason)
+                conn.send(("rec", rec))
+            conn.send(("done",))
+            continue
+        for name in names:
+            try:
+                if name not in backends:
+                    backends[name] = make(name)
+                rec = run_one(backends[name], case, prep)
+                about_inputs = not rec.pop("_no_retry", False)  # (a sampled verdict)
+                if rec["status"] == "fail" and not case.invalid and about_inputs:
+                    retry_on_fresh_inputs(rec, backends[name], case, prep, earlier.get(name))
+            except Exception as exc:
+                rec = base_record(name, case)
+                rec["reason"] = f"{type(exc).__name__}: {exc}"[:300]
+            earlier[name] = case
+            conn.send(("rec", rec))
+        conn.send(("done",))

@@ -1,0 +1,1 @@
+"""Layers of the verdict that make more calls than the one judged."""
