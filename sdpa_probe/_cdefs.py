@@ -1,5 +1,7 @@
 """cffi declarations mirroring native/include/*.h (cffi cannot read #include)."""
 
+from . import _cdef_blocks, _cdef_caller, _cdef_fence, _cdef_machine
+
 ABI = """
 #define SDPA_ABI_VERSION 1
 enum sdpa_dtype { SDPA_F32 = 0, SDPA_F16 = 1, SDPA_BF16 = 2, SDPA_I8 = 3 };
@@ -69,21 +71,8 @@ FEATURES = [
 # The non-kernel parts of the library (decode building blocks, machine
 # micro-benchmarks) each keep their declarations in sdpa_probe/_cdef_<part>.py
 # as CDEF (cdef text) and INCLUDE (the #include line for set_source).
-PARTS = ("blocks", "machine", "caller", "fence")
+PARTS = (_cdef_blocks, _cdef_machine, _cdef_caller, _cdef_fence)
 
 
-def _parts():
-    import importlib
-
-    cdef, include = "", ""
-    for part in PARTS:
-        try:
-            mod = importlib.import_module(f"sdpa_probe._cdef_{part}")
-        except ModuleNotFoundError:
-            continue
-        cdef += mod.CDEF
-        include += mod.INCLUDE
-    return cdef, include
-
-
-EXTRA, EXTRA_INCLUDES = _parts()
+EXTRA = "".join(part.CDEF for part in PARTS)
+EXTRA_INCLUDES = "".join(part.INCLUDE for part in PARTS)

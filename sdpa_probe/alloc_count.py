@@ -1,7 +1,7 @@
 """Heap allocations per call, of any party `probe bench` times: our kernels, a user's
 kernel, torch's and ExecuTorch's SDPA.
 
-Seed 000 is ExecuTorch's quantized SDPA allocating a dequantisation buffer per key
+ExecuTorch PR 15610 is about its quantized SDPA allocating a dequantisation buffer per key
 block: a cost that shows in a timing only as much as the allocator is slow that day,
 and that a count shows exactly. Our own kernels allocate through a counting allocator
 (sdpa_probe_alloc_stats); everyone else calls malloc / new. So the counting happens in
@@ -23,6 +23,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 
+from .build import PRELOAD_DIR, build_preload
 from .children import child_env, signal_name
 from .errors import BuildError
 
@@ -41,8 +42,6 @@ def preload_library() -> tuple[str | None, str | None]:
                       "were not counted (the counter would have to come first)")
     if not sys.platform.startswith("linux"):
         return None, "heap allocations are counted on Linux (glibc) only"
-    from .build import PRELOAD_DIR, build_preload
-
     try:
         return str(build_preload(PRELOAD_DIR / "alloc_count.c")), None
     except BuildError as exc:
@@ -67,7 +66,7 @@ def count(jobs: Sequence[dict], threads: int, calls: int = CALLS,
         request = {"threads": threads, "calls": calls, "jobs": [jobs[i] for i in todo]}
         timeout = 60.0 + timeout_per_job * len(todo)
         try:
-            proc = subprocess.run([sys.executable, "-m", "sdpa_probe.alloc_count"],
+            proc = subprocess.run([sys.executable, "-m", "sdpa_probe.alloc_count_worker"],
                                   input=json.dumps(request), capture_output=True, text=True,
                                   timeout=timeout, env=env)
             stdout, died = proc.stdout, proc.returncode
@@ -92,15 +91,6 @@ def count(jobs: Sequence[dict], threads: int, calls: int = CALLS,
     return results, None
 
 
-# ---- the worker (python -m sdpa_probe.alloc_count, with the counter preloaded) ---------
-
-def _stats(ffi, lib) -> tuple[int, int, int, int]:
-    a, b, f, t = (ffi.new("int64_t *") for _ in range(4))
-    if lib.sdpa_probe_process_alloc_stats(a, b, f, t) != 0:
-        raise RuntimeError("the allocation counter is not preloaded in this process")
-    return a[0], b[0], f[0], t[0]
-
-
 def per_call(run: Callable[[int], object], calls: int, stats: Callable[[], tuple],
              repeats: int = REPEATS) -> dict:
     """Allocations per call of run(n) (n calls), the fixed cost of one run taken out: the
@@ -118,45 +108,3 @@ def per_call(run: Callable[[int], object], calls: int, stats: Callable[[], tuple
                           for a, b, c in zip(s0, s1, s2, strict=True)])
     mid = sorted(range(repeats), key=lambda i: estimates[i][0])[repeats // 2]
     return {k: round(v, 2) for k, v in zip(COUNTED, estimates[mid], strict=True)}
-
-
-def _party(job: dict, shape, sets, threads: int):
-    from . import bench
-
-    p = job["party"]
-    if p == "torch":
-        return bench.torch_party(shape, sets)
-    if p == "executorch":
-        return bench.executorch_party(shape, sets)
-    (kernel,) = bench.resolve_kernels([p])
-    return bench.NativeParty(kernel, shape, sets, threads)
-
-
-def _worker() -> None:
-    import torch
-
-    from . import bench, native
-
-    request = json.loads(sys.stdin.read())
-    threads, calls = int(request["threads"]), int(request["calls"])
-    torch.set_num_threads(threads)
-    ffi, lib, _ = native.native_lib()
-    shape_name = None
-    for job in request["jobs"]:
-        if job["shape"] != shape_name:  # (jobs come shape by shape: inputs made once each)
-            shape_name = job["shape"]
-            shape = bench.parse_shape(shape_name)
-            sets = bench.make_inputs(shape, 1)
-        try:
-            party = _party(job, shape, sets, threads)
-            # a native kernel without the timing buffer, whose bytes grow with the batch
-            run = getattr(party, "call", party.run)
-            result = per_call(run, calls, lambda: _stats(ffi, lib))
-        except Exception as exc:  # a status, an unsupported shape: said, not a crash
-            result = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-        sys.stdout.write(MARK + json.dumps(result) + "\n")
-        sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    _worker()

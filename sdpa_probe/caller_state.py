@@ -13,7 +13,12 @@ import dataclasses
 import os
 import signal
 
-from .native import native_lib
+try:
+    import resource
+except ImportError:  # (not on every platform)
+    resource = None
+
+from .native import describe_fp_change, fp_control, native_lib, set_fp_control
 
 # glibc sets it on every handler it installs (the kernel's default reads without it)
 SA_RESTORER = 0x04000000
@@ -79,13 +84,9 @@ class Guard:
     first such changes of each `who` in `left` (if given: who -> the changes)."""
 
     def __init__(self, left: dict[str, list[str]] | None = None) -> None:
-        from .native import fp_control
-
         self.state, self.fp, self.left = read(), fp_control(), left
 
     def put_back(self, who: str | None = None) -> list[str]:
-        from .native import describe_fp_change, fp_control, set_fp_control
-
         changed = left_changed(self.state)
         fp = fp_control()
         if fp != self.fp:
@@ -131,9 +132,7 @@ def _policy(p: int) -> str:
 
 
 def _rlimit_names() -> dict[int, str]:
-    try:
-        import resource
-    except ImportError:  # (not on every platform)
+    if resource is None:
         return {}
     names: dict[int, str] = {}
     for n in sorted(dir(resource)):  # (RLIMIT_NOFILE before its alias RLIMIT_OFILE)

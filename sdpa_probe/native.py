@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import platform
 import re
 from pathlib import Path
 
@@ -245,8 +246,6 @@ _X86_ROUNDING = ("to nearest", "down", "up", "toward zero")
 def describe_fp_change(before: int, after: int) -> str:
     """What a call changed in the state fp_control reads, in words where the bits are
     x86's (MXCSR in the low half, the x87 control word above), else in hex."""
-    import platform
-
     if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
         return f"FPCR / rounding state {before:#x} -> {after:#x}"
     parts = []

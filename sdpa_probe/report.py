@@ -7,6 +7,8 @@ import platform
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy as np
+
 from . import TOOL
 from .errors import ProbeError
 from .records import FAILING, STATUSES, public
@@ -30,15 +32,14 @@ def check_document(records: list[dict], *, suite: str, seconds: float, backends:
                    seed: int, run: dict | None = None) -> dict:
     """The `--json` document; `run`: how the cases were run (isolation, leak check,
     heap guard), so that two documents' verdicts can be told apart by it."""
-    import numpy
-    import torch
+    import torch  # deferred: the versions of what ran; probe --help imports no torch
 
     clean = [public(r) for r in records]
     return {
         "schema": SCHEMA,
         "tool": dict(TOOL),
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
-                        "numpy": numpy.__version__, "machine": platform.machine()},
+                        "numpy": np.__version__, "machine": platform.machine()},
         "suite": suite,
         "seed": seed,
         "run": run or {},
@@ -84,8 +85,6 @@ def write_junit(path: str, records: list[dict], seconds: float) -> None:
 
 def save_repro(directory: Path, case, data, ref, backend: str) -> list[Path]:
     """Write the case's inputs and reference (.npz) and a torch-only Python snippet."""
-    import numpy as np
-
     npz = directory / f"{case.id}.npz"
     arrays = {"q": data.q.numpy(), "k": data.k.numpy(), "v": data.v.numpy(), "reference": ref}
     if data.mask is not None:

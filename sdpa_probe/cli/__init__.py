@@ -7,6 +7,7 @@ import sys
 
 import typer
 
+from .. import __version__
 from ..errors import ProbeError
 from .output import native_stdout_to_stderr
 
@@ -22,8 +23,6 @@ app = typer_app("probe", "Profile and check CPU scaled-dot-product attention (SD
 
 def _print_version(asked: bool) -> None:
     if asked:
-        from .. import __version__
-
         typer.echo(f"sdpa_probe {__version__}")
         raise typer.Exit()
 
@@ -61,19 +60,19 @@ def command(*args, typer_app: typer.Typer | None = None, **kwargs):
     return wrap
 
 
-def _register() -> None:
-    # imported for their @command side effects
-    from . import build_cmd, kernels_cmd  # noqa: F401
-    for optional in ("info_cmd", "check_cmd", "run_cmd", "sizing_cmd", "profile_cmd", "bench_cmd",
-                     "golden_cmd"):
-        try:
-            __import__(f"{__name__}.{optional}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{optional}":
-                raise
-
-
-_register()
+# the commands, each registered by its module's @command (imported after `app` and
+# `command` exist, which they use)
+from . import (  # noqa: E402, F401, I001
+    build_cmd,
+    kernels_cmd,
+    info_cmd,
+    check_cmd,
+    run_cmd,
+    sizing_cmd,
+    profile_cmd,
+    bench_cmd,
+    golden_cmd,
+)
 
 
 def main() -> None:

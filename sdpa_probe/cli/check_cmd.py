@@ -31,6 +31,7 @@ from .repro import run_repro
 MAX_TIMEOUT = 86400
 
 
+# why long: its options are its signature (typer)
 @command("check")
 def check_command(
     backend: list[str] = typer.Option(None, "--backend", "-b",
@@ -91,7 +92,6 @@ def check_command(
                                          "FLOPs, bytes; --json - for their parameters) and "
                                          "exit."),
 ) -> None:
-    # why long: its options are its signature (typer)
     """Check SDPA kernels against a float64 torch oracle on a matrix of edge cases.
 
     Exit code 0: every case passed (unsupported allowed); 1: a case failed, crashed or

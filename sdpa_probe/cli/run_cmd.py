@@ -77,7 +77,8 @@ def run_command(
     if json_out:
         out.emit_json(result)
     else:
-        t = Table(show_header=False, box=None, title=f"{spec.name} on {case.id}", title_justify="left")
+        t = Table(show_header=False, box=None, title=f"{spec.name} on {case.id}",
+                  title_justify="left")
         t.add_row("status", rec["status"] + (f" - {rec['reason']}" if rec["reason"] else ""))
         if rec["max_abs_err"] is not None:
             t.add_row("max abs err", f"{rec['max_abs_err']:.3e} (tol {rec['atol']:.1e})")
