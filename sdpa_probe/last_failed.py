@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from .build import cache_root
-from .records import FAILING
+from .records import FAILING, Record
 
 SCHEMA = 1
 MAX_BACKENDS = 64  # your kernels are backends by path: the oldest records go first
@@ -44,11 +44,11 @@ def failed_for(backends: list[str]) -> set[str]:
     return set().union(*(state.get(b, set()) for b in backends))
 
 
-def record(records: list[dict], ran: set[str], backends: list[str]) -> None:
+def record(records: list[Record], ran: set[str], backends: list[str]) -> None:
     """Keep this run's failures; raises OSError when the file cannot be written."""
     state = load()
     for b in backends:  # (the backends of this run move to the end: the newest)
-        now = {r["case"] for r in records if r["backend"] == b and r["status"] in FAILING}
+        now = {r.case for r in records if r.backend == b and r.status in FAILING}
         state[b] = (state.pop(b, set()) - ran) | now
     kept = [(b, ids) for b, ids in state.items() if ids][-MAX_BACKENDS:]
     doc = {"schema": SCHEMA, "failed": {b: sorted(ids) for b, ids in kept}}

@@ -11,30 +11,30 @@ import numpy as np
 
 from . import TOOL
 from .errors import ProbeError
-from .records import FAILING, STATUSES, public
+from .records import FAILING, STATUSES, Record
 
 SCHEMA = "sdpa_probe.check/1"
 
 
-def summary(records: list[dict]) -> dict:
-    counts = collections.Counter(r["status"] for r in records)
+def summary(records: list[Record]) -> dict:
+    counts = collections.Counter(r.status for r in records)
     return {s: counts.get(s, 0) for s in STATUSES} | {"total": len(records)}
 
 
-def by_backend_family(records: list[dict]) -> dict:
+def by_backend_family(records: list[Record]) -> dict:
     table: dict = collections.defaultdict(lambda: collections.Counter())
     for r in records:
-        table[(r["backend"], r["family"])][r["status"]] += 1
+        table[(r.backend, r.family)][r.status] += 1
     return table
 
 
-def check_document(records: list[dict], *, suite: str, seconds: float, backends: list[str],
+def check_document(records: list[Record], *, suite: str, seconds: float, backends: list[str],
                    seed: int, run: dict | None = None) -> dict:
     """The `--json` document; `run`: how the cases were run (isolation, leak check,
     heap guard), so that two documents' verdicts can be told apart by it."""
     import torch  # deferred: the versions of what ran; probe --help imports no torch
 
-    clean = [public(r) for r in records]
+    clean = [r.as_dict() for r in records]
     return {
         "schema": SCHEMA,
         "tool": dict(TOOL),
@@ -50,15 +50,15 @@ def check_document(records: list[dict], *, suite: str, seconds: float, backends:
     }
 
 
-def exit_code(records: list[dict]) -> int:
-    return 1 if any(r["status"] in FAILING for r in records) else 0
+def exit_code(records: list[Record]) -> int:
+    return 1 if any(r.status in FAILING for r in records) else 0
 
 
-def write_junit(path: str, records: list[dict], seconds: float) -> None:
+def write_junit(path: str, records: list[Record], seconds: float) -> None:
     root = ET.Element("testsuites", name="probe check", time=f"{seconds:.3f}")
     groups: dict = collections.defaultdict(list)
     for r in records:
-        groups[r["backend"]].append(r)
+        groups[r.backend].append(r)
     for backend, recs in groups.items():
         s = summary(recs)
         suite = ET.SubElement(root, "testsuite", name=backend, tests=str(len(recs)),
@@ -67,14 +67,14 @@ def write_junit(path: str, records: list[dict], seconds: float) -> None:
                               skipped=str(s["unsupported"]))
         for r in recs:
             tc = ET.SubElement(suite, "testcase", classname=f"{backend}.{r['family']}",
-                               name=r["case"], time=f"{r['seconds'] or 0.0:.6f}")
-            st = r["status"]
+                               name=r.case, time=f"{r['seconds'] or 0.0:.6f}")
+            st = r.status
             if st == "fail":
-                ET.SubElement(tc, "failure", message=r["reason"], type="fail").text = r["repro"]
+                ET.SubElement(tc, "failure", message=r.reason, type="fail").text = r.repro
             elif st in ("crash", "timeout", "error"):
-                ET.SubElement(tc, "error", message=r["reason"], type=st).text = r["repro"]
+                ET.SubElement(tc, "error", message=r.reason, type=st).text = r.repro
             elif st == "unsupported":
-                ET.SubElement(tc, "skipped", message=r["reason"])
+                ET.SubElement(tc, "skipped", message=r.reason)
     tree = ET.ElementTree(root)
     ET.indent(tree)
     try:

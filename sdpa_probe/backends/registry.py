@@ -60,8 +60,9 @@ def known_names() -> list[str]:
     return list(native.builtin_kernels()) + list(REGISTERED)
 
 
-def parse(text: str) -> BackendSpec:
-    """One backend name as the user (or a record) wrote it; ProbeError if unknown."""
+def parse(text: str, what: str = "backend") -> BackendSpec:
+    """One backend name as the user (or a record) wrote it; ProbeError if unknown
+    (`what` names it in the error: a command that takes a kernel says kernel)."""
     text = text.strip()
     if is_kernel_file(text):
         return BackendSpec("file", text.removeprefix(_LEGACY_FILE_PREFIX))
@@ -69,7 +70,7 @@ def parse(text: str) -> BackendSpec:
         return BackendSpec("registered", text)
     if text in native.builtin_kernels():
         return BackendSpec("native", text)
-    raise ProbeError(f"unknown backend {text!r}; known: {', '.join(known_names())}, "
+    raise ProbeError(f"unknown {what} {text!r}; known: {', '.join(known_names())}, "
                      f"or a kernel file ({', '.join(KERNEL_FILE_SUFFIXES)})")
 
 

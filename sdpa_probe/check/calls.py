@@ -19,10 +19,10 @@ from ..judge import repeat
 from ..judge.watched import judge_watched
 from ..native import describe_fp_change, fp_control, set_fp_control
 from ..oracle import Prepared, prepare_case
-from ..records import base_record
+from ..records import Record, base_record
 
 
-def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> dict:
+def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> Record:
     """Run one backend on one prepared case; returns its record."""
     if case.invalid:
         return _run_invalid(backend, case, prep)
@@ -35,7 +35,7 @@ def run_one(backend, case: Case, prep: Prepared, keep_output: bool = False) -> d
     return _attempt(backend, case, prep, keep_output)
 
 
-def _run_invalid(backend, case: Case, prep: Prepared) -> dict:
+def _run_invalid(backend, case: Case, prep: Prepared) -> Record:
     """The case's valid call with one argument broken (invalid_args): a native kernel
     must return SDPA_INVALID (SDPA_UNSUPPORTED is accepted) and write nothing, output
     guards included. torch and ExecuTorch make the call through their own API where it
@@ -55,7 +55,7 @@ def _run_invalid(backend, case: Case, prep: Prepared) -> dict:
             rec.update(status="pass", reason=f"raised {type(exc).__name__} for {what}: {said}")
         else:
             rec.update(status="fail", reason=f"answered {what} with an output, raising nothing")
-        rec["seconds"] = time.perf_counter() - t0
+        rec.seconds = time.perf_counter() - t0
         return rec
     out = out_buffer(case)
     before = out.arena.copy()
@@ -64,9 +64,9 @@ def _run_invalid(backend, case: Case, prep: Prepared) -> dict:
     invalid_args.corrupt(case.invalid, call.args, backend.kernel.ffi)
     t0 = time.perf_counter()
     status = int(backend.kernel.forward_args(call.args))
-    rec["seconds"] = time.perf_counter() - t0
+    rec.seconds = time.perf_counter() - t0
     changed = int((out.arena.view(np.uint8) != before.view(np.uint8)).sum())
-    rec["status"], rec["reason"] = invalid_args.judge(case.invalid, status, changed,
+    rec.status, rec.reason = invalid_args.judge(case.invalid, status, changed,
                                                       guard.written())
     return rec
 
@@ -96,7 +96,7 @@ CONCURRENT_ROUNDS = 8
 OTHER_INPUTS_SEED_STEP = 7919
 
 
-def _run_concurrent(backend, case: Case, prep: Prepared, keep_output: bool) -> dict:
+def _run_concurrent(backend, case: Case, prep: Prepared, keep_output: bool) -> Record:
     """case.callers threads call the backend at once, CONCURRENT_ROUNDS times, each
     with its own inputs (caller k: seed + OTHER_INPUTS_SEED_STEP k, its reference
     computed live, as the golden data holds only the case's own) and its own output; the
@@ -121,11 +121,11 @@ def _run_concurrent(backend, case: Case, prep: Prepared, keep_output: bool) -> d
                 rec = _attempt(backend, case, preps[k], keep_output and k == 0,
                                before_call=start_together)
                 found[k] = (r, rec)
-                if rec["status"] != "pass":
+                if rec.status != "pass":
                     return
         except Exception as exc:  # (the harness's own failure, as one record)
             rec = base_record(backend.name, case)
-            rec["reason"] = f"harness error in caller {k + 1}: {type(exc).__name__}: {exc}"
+            rec.reason = f"harness error in caller {k + 1}: {type(exc).__name__}: {exc}"
             found[k] = (0, rec)
         finally:
             barrier.abort()
@@ -138,9 +138,9 @@ def _run_concurrent(backend, case: Case, prep: Prepared, keep_output: bool) -> d
         t.join()
     changed = caller_state.left_changed(state)
     for k, (r, rec) in enumerate(found):
-        if rec["status"] != "pass":
-            if rec["status"] in ("fail", "error"):
-                rec["reason"] = (f"with {case.callers} concurrent calls (caller {k + 1}, round "
+        if rec.status != "pass":
+            if rec.status in ("fail", "error"):
+                rec.reason = (f"with {case.callers} concurrent calls (caller {k + 1}, round "
                                  f"{r + 1} of {CONCURRENT_ROUNDS}): {rec['reason']}")
             return rec
     if changed:
@@ -150,7 +150,7 @@ def _run_concurrent(backend, case: Case, prep: Prepared, keep_output: bool) -> d
     return found[0][1]
 
 
-def _run_reused(backend, case: Case, prep: Prepared, keep_output: bool) -> dict:
+def _run_reused(backend, case: Case, prep: Prepared, keep_output: bool) -> Record:
     """Two calls on the same buffers: the case's inputs, then new values (seed +
     OTHER_INPUTS_SEED_STEP) written into those very buffers (same pointers, strides and
     shapes, as a runtime's static KV cache and mask are rewritten between decode steps),
@@ -161,7 +161,7 @@ def _run_reused(backend, case: Case, prep: Prepared, keep_output: bool) -> dict:
 
 
     first = _attempt(backend, case, prep, keep_output)
-    if first["status"] != "pass":
+    if first.status != "pass":
         return first
     new = prepare_case(dataclasses.replace(case, seed=case.seed + OTHER_INPUTS_SEED_STEP))
     bufs, new_bufs = input_buffers(prep.data), input_buffers(new.data)
@@ -176,16 +176,16 @@ def _run_reused(backend, case: Case, prep: Prepared, keep_output: bool) -> dict:
     finally:
         for name, a in bufs.items():
             np.copyto(a, saved[name])
-    if rec["status"] in ("fail", "error"):
-        rec["reason"] = ("on a second call with its buffers rewritten in place (same pointers, "
-                         "new values): " + rec["reason"])
+    if rec.status in ("fail", "error"):
+        rec.reason = ("on a second call with its buffers rewritten in place (same pointers, "
+                         "new values): " + rec.reason)
     if keep_output:
-        rec["_ref"] = new.ref  # (the output kept is the second call's)
+        rec.reference = new.ref  # (the output kept is the second call's)
     return rec
 
 
 def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
-             before_call=None) -> dict:
+             before_call=None) -> Record:
     """One call and its verdict; before_call runs just before the kernel is called."""
 
     rec = base_record(backend.name, case)
@@ -218,13 +218,13 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
         rec.update(status="error", reason=describe_failure(exc),
                    seconds=time.perf_counter() - t0)
         return rec
-    rec["seconds"] = time.perf_counter() - t0
+    rec.seconds = time.perf_counter() - t0
     v = judge_watched(case, prep, out, inputs_written=guard.written(),
                        fp_changed=fp_changed, caller_changed=state_changed)
-    rec.update(v.as_dict())
+    rec.update(**v.as_dict())
     if (repeat.LEAK_CHECK and v.status == "pass" and before_call is None
-            and rec["seconds"] < repeat.LEAK_PROBE_MAX_SECONDS):
+            and rec.seconds < repeat.LEAK_PROBE_MAX_SECONDS):
         repeat.repeat_verdict(rec, backend, case, prep, out)
     if keep_output:
-        rec["_out"] = out
+        rec.output = out
     return rec

@@ -173,7 +173,7 @@ class WorkerPool:
                     s.ready = True
                 elif msg[0] == "rec":
                     rec = msg[1]
-                    if s.pending and s.pending[0] == rec["backend"]:
+                    if s.pending and s.pending[0] == rec.backend:
                         s.pending.pop(0)
                     on_record(rec)
                     s.deadline = time.monotonic() + self.timeout
@@ -216,7 +216,7 @@ class WorkerPool:
         """Record the backend in flight with this outcome, re-queue the rest of its job
         and put a fresh worker in the slot."""
         rec = base_record(s.pending[0], s.case)
-        rec.update(outcome)
+        rec.update(**outcome)
         on_record(rec)
         if s.pending[1:]:
             queue.appendleft((s.case, s.pending[1:]))

@@ -16,7 +16,7 @@ from ..cache_sizing import run_suite as run_cache_sizing_suite
 from ..cases import DTYPES, SUITES, Case, all_cases, find_case, random_cases, suite
 from ..errors import ProbeError
 from ..golden import GoldenStore, default_dir, store
-from ..records import new_record
+from ..records import Record
 from ..report import check_document
 from .pool import WorkerPool, malloc_debug_library
 
@@ -52,7 +52,7 @@ class CheckRequest:
 
 @dataclasses.dataclass
 class CheckResult:
-    records: list[dict]
+    records: list[Record]
     cases: list[Case]
     seconds: float
     document: dict
@@ -117,7 +117,7 @@ def last_failed_filter(req: CheckRequest, cases: list[Case],
     return cases, None
 
 
-def cache_sizing_records(names: list[str]) -> list[dict]:
+def cache_sizing_records(names: list[str]) -> list[Record]:
     """The cache-sizing suite (ring / sink KV caches) through one float native kernel:
     flash if it is being checked, else the first float native kernel asked for."""
     known = native.builtin_kernels()
@@ -127,11 +127,10 @@ def cache_sizing_records(names: list[str]) -> list[dict]:
     name = "flash" if "flash" in floats else floats[0]
     records = []
     for r in run_cache_sizing_suite(name):
-        rec = new_record(name, r["case"], "cache-sizing",
-                         f"probe check --suite cache-sizing --backend {name}")
-        rec.update(status=r["status"], reason=r.get("reason", ""),
-                   max_abs_err=r.get("max_abs_err"), seconds=r.get("seconds"))
-        records.append(rec)
+        records.append(Record(name, r.case, "cache-sizing", status=r.status,
+                              reason=r.get("reason", ""), max_abs_err=r.get("max_abs_err"),
+                              seconds=r.get("seconds"),
+                              repro=f"probe check --suite cache-sizing --backend {name}"))
     return records
 
 
@@ -146,7 +145,7 @@ def open_golden(req: CheckRequest, cases: list[Case]) -> GoldenStore | None:
 
 
 def run_check(req: CheckRequest, cases: list[Case],
-              on_record: Callable[[dict], None] = lambda rec: None,
+              on_record: Callable[[Record], None] = lambda rec: None,
               keep_ids: set[str] | None = None, notes: list[str] | None = None) -> CheckResult:
     """Every backend of the request on `cases` (select_cases, last_failed_filter), then
     the cache-sizing records where the suite has them (those in keep_ids, if given);
@@ -155,9 +154,9 @@ def run_check(req: CheckRequest, cases: list[Case],
     if not req.specs:
         raise ProbeError("no backend to check")
     golden = open_golden(req, cases)
-    records: list[dict] = []
+    records: list[Record] = []
 
-    def collect(rec: dict) -> None:
+    def collect(rec: Record) -> None:
         records.append(rec)
         on_record(rec)
 
@@ -171,22 +170,22 @@ def run_check(req: CheckRequest, cases: list[Case],
     if runs_cache_sizing(req):
         # -k, --skip (and --last-failed) filter these records by id too
         records += [r for r in cache_sizing_records(req.names)
-                    if wanted(r["case"], req.k, req.skip)
-                    and (keep_ids is None or r["case"] in keep_ids)]
+                    if wanted(r.case, req.k, req.skip)
+                    and (keep_ids is None or r.case in keep_ids)]
     seconds = time.perf_counter() - t0
     try:
         last_failed.record(records, {c.id for c in cases} | {
-            r["case"] for r in records if r["family"] == "cache-sizing"}, req.names)
+            r.case for r in records if r.family == "cache-sizing"}, req.names)
     except OSError as exc:
         notes.append(f"could not keep this run's failures for --last-failed: {exc}")
     order = {c.id: i for i, c in enumerate(cases)}
-    records.sort(key=lambda r: (req.names.index(r["backend"]) if r["backend"] in req.names
-                                else 99, order.get(r["case"], 1 << 30)))
+    records.sort(key=lambda r: (req.names.index(r.backend) if r.backend in req.names
+                                else 99, order.get(r.case, 1 << 30)))
     return CheckResult(records, cases, seconds, _document(req, records, seconds, golden),
                        golden, notes)
 
 
-def _document(req: CheckRequest, records: list[dict], seconds: float,
+def _document(req: CheckRequest, records: list[Record], seconds: float,
               golden: GoldenStore | None) -> dict:
     run = {"isolate": req.isolate, "leak_check": req.leak_check,
            "heap_guard": malloc_debug_library() is not None}

@@ -62,12 +62,12 @@ def worker_main(conn, setup: dict) -> None:
                 if name not in backends:
                     backends[name] = make(name)
                 rec = run_one(backends[name], case, prep)
-                about_inputs = not rec.pop("_no_retry", False)  # (a sampled verdict)
-                if rec["status"] == "fail" and not case.invalid and about_inputs:
+                about_inputs = rec.retry_on_fresh_inputs
+                if rec.status == "fail" and not case.invalid and about_inputs:
                     retry_on_fresh_inputs(rec, backends[name], case, prep, earlier.get(name))
             except Exception as exc:
                 rec = base_record(name, case)
-                rec["reason"] = f"{type(exc).__name__}: {exc}"[:300]
+                rec.reason = f"{type(exc).__name__}: {exc}"[:300]
             earlier[name] = case
             conn.send(("rec", rec))
         conn.send(("done",))

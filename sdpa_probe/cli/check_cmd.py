@@ -21,6 +21,7 @@ from ..check.run import (
     select_cases,
 )
 from ..errors import ProbeError
+from ..records import Record
 from ..report import exit_code, write_junit
 from . import command
 from .check_render import STATUS_STYLE, show_result
@@ -177,7 +178,7 @@ def _run_with_progress(out: Output, req: CheckRequest, cases, keep_ids, notes) -
                   console=out.err, transient=True) as prog:
         task = prog.add_task("check", total=len(cases) * len(req.specs), last="")
 
-        def on_record(rec: dict) -> None:
+        def on_record(rec: Record) -> None:
             style = STATUS_STYLE[rec["status"]]
             prog.update(task, advance=1,
                         last=f"[{style}]{rec['status']}[/] {rec['backend']} {rec['case']}")

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from ..backends import parse
 from ..cases import Case, tolerance
-from ..records import FAILING
+from ..records import FAILING, Record
 from ..report import by_backend_family, summary
 from .output import Output
 
@@ -30,17 +30,17 @@ def _fmt(x, spec=".2e") -> str:
     return format(x, spec)
 
 
-def summary_table(records: list[dict], names: list[str]) -> Table:
+def summary_table(records: list[Record], names: list[str]) -> Table:
     """Case families down, backends across; a cell counts passes over supported cases."""
     t = Table(title="probe check: case family x backend (passed / run; - unsupported)",
               title_justify="left")
     t.add_column("family", style="bold")
-    backends = [n for n in names if any(r["backend"] == n for r in records)]
+    backends = [n for n in names if any(r.backend == n for r in records)]
     for b in backends:
         t.add_column(parse(b).label, justify="center", overflow="fold")
     cells = by_backend_family(records)
-    families = sorted({r["family"] for r in records}, key=lambda f: min(
-        i for i, r in enumerate(records) if r["family"] == f))
+    families = sorted({r.family for r in records}, key=lambda f: min(
+        i for i, r in enumerate(records) if r.family == f))
     for fam in families:
         row = []
         for b in backends:
@@ -72,18 +72,19 @@ GROUP_AT = 3     # this many failures of one reason and backend print as one
 GROUP_IDS = 8    # the other cases' ids shown under it
 
 
-def group_failures(records: list[dict], grouped: bool = True) -> list[tuple[dict, list[dict]]]:
+def group_failures(records: list[Record],
+                   grouped: bool = True) -> list[tuple[Record, list[Record]]]:
     """The failing records as (the first of a kind, the others of that kind), in order:
     a kind is a backend, a status and a reason the same but for its figures; kinds with
     fewer than GROUP_AT members (or every kind, if not grouped) stay one record each."""
-    failing = [r for r in records if r["status"] in FAILING]
+    failing = [r for r in records if r.status in FAILING]
     if not grouped:
         return [(r, []) for r in failing]
-    kinds: dict[tuple, list[dict]] = {}
+    kinds: dict[tuple, list[Record]] = {}
     for r in failing:
-        key = (r["backend"], r["status"], _FIGURES.sub("#", r["reason"] or ""))
+        key = (r.backend, r.status, _FIGURES.sub("#", r.reason or ""))
         kinds.setdefault(key, []).append(r)
-    out: list[tuple[dict, list[dict]]] = []
+    out: list[tuple[Record, list[Record]]] = []
     for members in kinds.values():
         if len(members) >= GROUP_AT:
             out.append((members[0], members[1:]))
@@ -93,15 +94,15 @@ def group_failures(records: list[dict], grouped: bool = True) -> list[tuple[dict
     return sorted(out, key=lambda g: order[id(g[0])])
 
 
-def _more(others: list[dict]) -> str:
-    ids = [r["case"] for r in others[:GROUP_IDS]]
+def _more(others: list[Record]) -> str:
+    ids = [r.case for r in others[:GROUP_IDS]]
     rest = len(others) - len(ids)
     return (f"and {len(others)} more failing the same way (figures aside): "
             + ", ".join(ids) + (f", ... ({rest} more; --each-failure or --json lists them)"
                                 if rest else ""))
 
 
-def failure_list(records: list[dict], width: int = 80, grouped: bool = True) -> Group:
+def failure_list(records: list[Record], width: int = 80, grouped: bool = True) -> Group:
     """Each failure as a status / case / backend line, its reason indented (free to wrap
     at the console's width; an error's figures are in it) and its repro command. A
     backend that does not fit on the case's line (a long path to your kernel) goes on a
@@ -109,21 +110,21 @@ def failure_list(records: list[dict], width: int = 80, grouped: bool = True) -> 
     per kind of failure (group_failures), the others' ids under it."""
     lines: list = [Text("failures", style="bold")]
     for r, others in group_failures(records, grouped):
-        st = r["status"]
-        head = Text.assemble((f"{st:<8}", STATUS_STYLE[st]), r["case"])
-        backend = Text(r["backend"], style="bold")
-        if 8 + len(r["case"]) + 2 + len(r["backend"]) <= width:
+        st = r.status
+        head = Text.assemble((f"{st:<8}", STATUS_STYLE[st]), r.case)
+        backend = Text(r.backend, style="bold")
+        if 8 + len(r.case) + 2 + len(r.backend) <= width:
             lines.append(Text.assemble(head, "  ", backend))
         else:
             lines += [head, Padding(backend, (0, 0, 0, 8))]
-        lines += [Padding(Text(r["reason"]), (0, 0, 0, 8)),
-                  Padding(Text(r["repro"], style="dim"), (0, 0, 0, 8))]
+        lines += [Padding(Text(r.reason), (0, 0, 0, 8)),
+                  Padding(Text(r.repro, style="dim"), (0, 0, 0, 8))]
         if others:
             lines.append(Padding(Text(_more(others), style="yellow"), (0, 0, 0, 8)))
     return Group(*lines)
 
 
-def failure_table(records: list[dict], grouped: bool = True) -> Table:
+def failure_table(records: list[Record], grouped: bool = True) -> Table:
     t = Table(title="failures", title_justify="left", show_lines=True)
     t.add_column("backend", style="bold")
     t.add_column("case")
@@ -132,10 +133,10 @@ def failure_table(records: list[dict], grouped: bool = True) -> Table:
     t.add_column("nmse", justify="right")
     t.add_column("reason / reproduce")
     for r, others in group_failures(records, grouped):
-        st = r["status"]
+        st = r.status
         more = f"\n[yellow]{_more(others)}[/]" if others else ""
-        t.add_row(r["backend"], r["case"], f"[{STATUS_STYLE[st]}]{st}[/]",
-                  _fmt(r["max_abs_err"]), _fmt(r["nmse"]),
+        t.add_row(r.backend, r.case, f"[{STATUS_STYLE[st]}]{st}[/]",
+                  _fmt(r.max_abs_err), _fmt(r.nmse),
                   f"{r['reason']}\n[dim]{r['repro']}[/]{more}")
     return t
 
@@ -151,25 +152,25 @@ def list_cases(out: Output, cases: list[Case], json_path: str | None) -> None:
     if json_path:
         out.write_json(json_path, {"cases": rows})
     if json_path != "-":  # plain lines, never folded: the ids are for copying into -k
-        w = max((len(r["id"]) for r in rows), default=2)
+        w = max((len(r.id) for r in rows), default=2)
         out.print(f"{'id':<{w}}  {'atol':>8}  {'rtol':>6}  {'FLOPs':>13}  {'bytes':>11}",
                   style="bold", soft_wrap=True)
         for r in rows:
-            tol = ("       -       -" if r["atol"] is None
+            tol = ("       -       -" if r.atol is None
                    else f"{r['atol']:>8.2g}  {r['rtol']:>6.2g}")
             out.print(f"{r['id']:<{w}}  {tol}  {r['flops']:>13,}  {r['bytes']:>11,}",
                       soft_wrap=True)
         out.print(f"{len(rows)} cases", soft_wrap=True)
 
 
-def unrepeatable_notes(records: list[dict]) -> list[str]:
+def unrepeatable_notes(records: list[Record]) -> list[str]:
     """Per backend, the passing cases whose repeated call gave another answer bit for
     bit (both within tolerance): not a failure, but a result that follows thread
     timing (a reduction or merge order) is one a user cannot reproduce exactly."""
     by: dict[str, list[str]] = {}
     for r in records:
         if r.get("repeatable") is False:
-            by.setdefault(r["backend"], []).append(r["case"])
+            by.setdefault(r.backend, []).append(r.case)
     return [f"{b}: {len(ids)} passing case(s) gave another answer, bit for bit, when the "
             f"same call was repeated (both within tolerance; e.g. {ids[0]}): a result that "
             "follows thread timing, such as a reduction or merge order"
@@ -182,13 +183,13 @@ def show_result(out: Output, res, names: list[str], each_failure: bool) -> None:
     """The summary table, the failures, the counts line and the notes."""
     records = res.records
     out.print(summary_table(records, names))
-    if any(r["status"] in FAILING for r in records):
+    if any(r.status in FAILING for r in records):
         wide = out.out.width >= WIDE_FAILURES
         out.print(failure_table(records, not each_failure) if wide
                   else failure_list(records, out.out.width, not each_failure))
     s = summary(records)
     parts = [f"[{STATUS_STYLE[k]}]{s[k]} {k}[/]" for k in STATUS_STYLE if s[k]]
-    extra = sum(r["family"] == "cache-sizing" for r in records)
+    extra = sum(r.family == "cache-sizing" for r in records)
     what = f"{len(res.cases)} cases x {len(names)} backends" + (
         f" + {extra} cache-sizing" if extra else "")
     out.print(f"{s['total']} checks ({what}) in {res.seconds:.1f} s: " + ", ".join(parts))

@@ -19,7 +19,7 @@ from ..check.pool import WorkerPool
 from ..errors import ProbeError
 from ..judge import repeat
 from ..oracle import prepare_case
-from ..records import FAILING, public
+from ..records import FAILING, Record
 from ..report import save_repro
 from ..verdict import error_map
 from .output import Output
@@ -94,7 +94,7 @@ def _run_repro(out: Output, case_id: str, names: list[str], save: Path | None, f
                          "no reference to save")
     if save is not None and save.exists() and any(save.glob(f"{case.id}.*")) and not force:
         raise ProbeError(f"{save} already holds files for {case.id}; use --force to overwrite")
-    records: list[dict] = []
+    records: list[Record] = []
     # crash-safe first: a kernel that takes its process down only costs the worker
     WorkerPool(jobs=1, timeout=timeout, setup=setup).run(
         [(c, names) for c in first] + [(case, names)], records.append)
@@ -102,46 +102,47 @@ def _run_repro(out: Output, case_id: str, names: list[str], save: Path | None, f
     for rec in records[:n_first]:
         out.print(f"ran first: {rec['backend']} on {rec['case']}: {rec['status']}")
     doc.update(case=case.id, params=case.params(),
-               ran_first=[public(r) for r in records[:n_first]], records=[], detail={})
+               ran_first=[r.as_dict() for r in records[:n_first]], records=[], detail={})
     records = records[n_first:]
     prep = prepare_case(case)
     atol, rtol = tolerance(case)
     code = 0
     for rec in records:
-        doc["records"].append(public(rec))
-        st = rec["status"]
+        doc["records"].append(rec.as_dict())
+        st = rec.status
         out.print(f"[bold]{rec['backend']}[/] on [bold]{case.id}[/]: {st}"
-                  + (f" - {rec['reason']}" if rec["reason"] else ""))
+                  + (f" - {rec['reason']}" if rec.reason else ""))
         if st in FAILING:
             code = 1
         if st in ("crash", "timeout", "unsupported", "error") or case.invalid:
             continue  # (an invalid call has no output to map: its status is the verdict)
-        backend = make(rec["backend"])
+        backend = make(rec.backend)
         for c in first:  # (the same history in this process, before the call shown)
             run_one(backend, c, prepare_case(c))
         full = run_one(backend, case, prep, keep_output=True)
-        vals, ref = full["_out"].values(), full.get("_ref", prep.ref)
+        vals = full.output.values()
+        ref = full.reference if full.reference is not None else prep.ref
         t = Table(show_header=False, box=None)
         t.add_row("max abs err", f"{full['max_abs_err']:.3e}")
         t.add_row("max rel err", f"{full['max_rel_err']:.3e}")
         t.add_row("nmse", f"{full['nmse']:.3e}")
         t.add_row("tolerance", f"{full['atol']:.2e} + {rtol:.1e} * |ref|")
-        if full["worst"] is not None:
-            b, i, h, d = full["worst"]
+        if full.worst is not None:
+            b, i, h, d = full.worst
             t.add_row("worst element", f"b={b} q={i} h={h} d={d}: out {vals[b, i, h, d]:.6g}, "
                                        f"ref {ref[b, i, h, d]:.6g}")
         out.print(t)
         emap = error_map(vals, ref)
-        out.print(render_map(emap, full["atol"] or atol))
+        out.print(render_map(emap, full.atol or atol))
         worst = None
-        if full["worst"] is not None:
-            b, i, h, d = (int(x) for x in full["worst"])
+        if full.worst is not None:
+            b, i, h, d = (int(x) for x in full.worst)
             worst = {"b": b, "q": i, "h": h, "d": d, "out": float(vals[b, i, h, d]),
                      "ref": float(ref[b, i, h, d])}
         # (the map: max |error| per query row and head; null for NaN / Inf output)
-        doc["detail"][rec["backend"]] = {
-            "max_abs_err": full["max_abs_err"], "max_rel_err": full["max_rel_err"],
-            "nmse": full["nmse"], "atol": full["atol"], "rtol": rtol, "worst": worst,
+        doc["detail"][rec.backend] = {
+            "max_abs_err": full.max_abs_err, "max_rel_err": full.max_rel_err,
+            "nmse": full.nmse, "atol": full.atol, "rtol": rtol, "worst": worst,
             "error_map": [[float(v) if np.isfinite(v) else None for v in row] for row in emap]}
     if save is not None:
         paths = save_repro(save, case, prep.data, prep.ref, ",".join(names))

@@ -67,7 +67,7 @@ def run_command(
         native.load_user_kernel(user_kernel)  # (build errors surface here, once)
         spec = parse(str(user_kernel))
     else:
-        spec = parse(kernel)
+        spec = parse(kernel, what="kernel")
         if spec.kind != "native":
             raise ProbeError(f"{kernel}: probe run takes one of our kernels (probe kernels), "
                              "or your kernel file with --kernel FILE")

@@ -7,10 +7,10 @@ from ..cases import Case
 from ..check.calls import run_one
 from ..inputs import materialise
 from ..oracle import Prepared
-from ..records import repro_command
+from ..records import Record, repro_command
 
 
-def retry_on_fresh_inputs(rec: dict, backend, case: Case, prep: Prepared,
+def retry_on_fresh_inputs(rec: Record, backend, case: Case, prep: Prepared,
                           earlier: Case | None) -> None:
     """A failed case run once more on fresh copies of its inputs (the same values in new
     buffers, at other addresses: the first ones are still held). If that passes, the
@@ -21,21 +21,21 @@ def retry_on_fresh_inputs(rec: dict, backend, case: Case, prep: Prepared,
 
     fresh = Prepared(materialise(case), prep.ref, prep.torch_err)
     again = run_one(backend, case, fresh)
-    rec["fresh_retry"] = again["status"]
-    if again["status"] != "pass":
+    rec.fresh_retry = again.status
+    if again.status != "pass":
         return
     if case.callers > 1:  # (its callers race each other: the likelier cause)
-        rec["reason"] = (f"wrong in one run of {case.callers} concurrent calls, right in "
+        rec.reason = (f"wrong in one run of {case.callers} concurrent calls, right in "
                          "another on fresh copies of the same inputs: a race between the "
-                         "callers (or state an earlier call left): " + rec["reason"])
+                         "callers (or state an earlier call left): " + rec.reason)
         return
     if earlier is None:
-        rec["reason"] = ("wrong on the first call, right on fresh copies of the same inputs "
-                         "(a race, or state the first call depended on): " + rec["reason"])
+        rec.reason = ("wrong on the first call, right on fresh copies of the same inputs "
+                         "(a race, or state the first call depended on): " + rec.reason)
         return
-    rec["after_case"] = earlier.id
-    rec["repro"] = repro_command(backend.name, case.id, after=earlier.id)
-    rec["reason"] = (f"wrong after {earlier.id} ran in the same process, right on fresh "
+    rec.after_case = earlier.id
+    rec.repro = repro_command(backend.name, case.id, after=earlier.id)
+    rec.reason = (f"wrong after {earlier.id} ran in the same process, right on fresh "
                      "copies of the same inputs: the answer depends on an earlier call (state "
                      "kept between calls, e.g. keyed by a buffer's address, which a freed "
-                     "buffer's recycled address hits) or on a race: " + rec["reason"])
+                     "buffer's recycled address hits) or on a race: " + rec.reason)

@@ -10,6 +10,7 @@ from ..backends import describe_failure
 from ..cases import Case
 from ..native import fp_control, set_fp_control
 from ..oracle import Prepared
+from ..records import Record
 from .probes import (
     LEAK_CALLS,
     LEAK_PROBE_MAX_SECONDS,  # noqa: F401 (check.calls reads it here, beside LEAK_CHECK)
@@ -23,12 +24,12 @@ from .watched import judge_watched
 LEAK_CHECK = True  # probe check --no-leak-check turns it off
 
 
-def repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None:
+def repeat_verdict(rec: Record, backend, case: Case, prep: Prepared, out) -> None:
     """The verdict's last layer, the call made again: a kernel whose heap grows on every
     repeat (a leak) fails, and so does one whose answer changes when the same call is
     made once more into the same output, poisoned again (state a call leaves behind:
     a staging buffer zeroed only when allocated, a result kept by address). A repeat
-    that passes but differs bit for bit sets rec["repeatable"] False (a note, not a
+    that passes but differs bit for bit sets rec.repeatable False (a note, not a
     failure: a reduction order that follows thread timing). Last, a kernel given one
     thread is called again while its threads are watched (thread_use)."""
 
@@ -55,7 +56,7 @@ def repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None:
             f"left its caller changed on a repeat of the same call ({LEAK_WARMUP + LEAK_CALLS + 1}"
             " made; the first did not): " + "; ".join(changed)))
         return
-    rec["leak_bytes_per_call"] = grew["heap"]
+    rec.leak_bytes_per_call = grew["heap"]
     each = f"on each of {LEAK_CALLS} repeats of the same call"
     after = f"(after {LEAK_WARMUP} warm-up calls)"
     if grew["fds"]:
@@ -80,7 +81,7 @@ def repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None:
         rec.update(status="fail", reason="the same call made again, into the same output "
                    "poisoned again, gives another answer: " + again.reason)
         return
-    rec["repeatable"] = bool(np.array_equal(first, out.values(), equal_nan=True))
+    rec.repeatable = bool(np.array_equal(first, out.values(), equal_nan=True))
     if case.n_threads < 1 or not hasattr(backend, "prepare"):
         return
     try:  # (more calls, after the answers above were judged)
@@ -98,4 +99,4 @@ def repeat_verdict(rec: dict, backend, case: Case, prep: Prepared, out) -> None:
             f"calls more than {n} of its threads, the caller included, were running or "
             f"waiting for a CPU; a runtime that gives SDPA {n} thread{'s' if n > 1 else ''} "
             "runs its own work on the others (threads started regardless of n_threads, or "
-            "spinning)"), _no_retry=True)  # (not the inputs')
+            "spinning)"), retry_on_fresh_inputs=False)  # (not the inputs')
