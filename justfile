@@ -1,4 +1,4 @@
-# Mirrors the README's commands. `just --list` shows them.
+# Mirrors the README's set-up commands and the tour (docs/development.md). `just --list` shows them.
 venv := ".venv"
 
 # create the virtual environment and install sdpa_probe with its test tools

@@ -1,6 +1,6 @@
 /* What the AMX tile unit costs on this core, in core cycles: the figures that
  * decide whether a decode block's P.V or Q.K^T can move onto the tiles
- * (docs/performance.md, "Considered at stop 36"). One thread; every operand in
+ * (docs/history.md, "2026-12-06: the AMX tiles"). One thread; every operand in
  * L1. A measurement, not a test.
  *
  *   cc -O2 -march=native benchmarks/amx_tile_costs.c -o /tmp/amx && /tmp/amx

@@ -136,7 +136,7 @@ MUTANTS: dict[str, tuple[str, list[tuple[str, str]]]] = {
                       [(V_ELEM, "st->acc[d] += w * (a->v.dtype == SDPA_I8 ? (float)(_Float16)"
                                 "elem(&a->v, b, j, hk, d) : elem(&a->v, b, j, hk, d));")]),
     "pv-fixed-point": ("int8: P x v_scale rounded to 24-bit fixed point below the block's "
-                       "largest V scale (an integer P.V, stop 35)",
+                       "largest V scale (the integer P.V tried and not kept)",
                        [(WEIGHT, WEIGHT + " float wq_ = w; if (a->v.dtype == SDPA_I8) {"
                                  " float smx_ = 0.0f; for (int64_t t_ = j0; t_ < j1; t_++) {"
                                  " const float x_ = " + V_SCALE.format(j="t_") + ";"
