@@ -127,7 +127,7 @@ def cache_sizing_records(names: list[str]) -> list[Record]:
     name = "flash" if "flash" in floats else floats[0]
     records = []
     for r in run_cache_sizing_suite(name):
-        records.append(Record(name, r.case, "cache-sizing", status=r.status,
+        records.append(Record(name, r["case"], "cache-sizing", status=r["status"],
                               reason=r.get("reason", ""), max_abs_err=r.get("max_abs_err"),
                               seconds=r.get("seconds"),
                               repro=f"probe check --suite cache-sizing --backend {name}"))
