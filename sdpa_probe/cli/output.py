@@ -5,32 +5,20 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
-import math
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
+import cffi
 from rich.console import Console
 
-from .. import TOOL
-from ..errors import ProbeError
-
-
-def _clean(obj: Any) -> Any:
-    """JSON has no NaN/Inf: write them as strings so the file stays valid JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(_clean(obj), indent=2, allow_nan=False)
+from .. import native, outputs
+from ..outputs import (  # noqa: F401 -- re-exported: the commands import them from here
+    _not_a_report,
+    check_writable,
+    dumps,
+    write_text,
+)
 
 
 class Output:
@@ -55,8 +43,6 @@ class Output:
         """Say so when the built-in kernels run a portable build: -march=native failed
         (a compiler without it, or an error in a kernel source that only the native
         flags compile), so this CPU's vector paths are not what is being run."""
-        from .. import native
-
         res = native.native_lib()[2]
         if res.fallback:
             self.warn("the native kernels were built with portable flags, -march=native "
@@ -69,7 +55,7 @@ class Output:
     @staticmethod
     def write_json(path: str, obj: Any) -> None:
         """Write a JSON document to a path, or to stdout for '-'."""
-        write_text(path, dumps(obj) + "\n")
+        outputs.write_json(path, obj)
 
 
 _libc = None
@@ -79,8 +65,6 @@ def _flush_c_stdio() -> None:
     """fflush(NULL): a kernel's printf still in the C library's buffer written out."""
     global _libc
     if _libc is None:
-        import cffi
-
         ffi = cffi.FFI()
         ffi.cdef("int fflush(void *stream);")
         _libc = (ffi, ffi.dlopen(None))
@@ -127,116 +111,3 @@ def human_bytes(n: float | None) -> str:
             value = n / scale
             return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
     return f"{n:.0f} B"
-
-
-def check_writable(path: str | None, option: str, inputs=()) -> None:
-    """Before the work, not after it: an output PATH must be a new file, an empty one
-    or a report this tool wrote earlier (rerunning a command overwrites its own
-    output), in an existing, writable directory, and none of the command's input files
-    (a --kernel source); otherwise a one-line ProbeError naming the option."""
-    if path is None or path == "-":
-        return
-    p = Path(path).expanduser()
-    parent = p.parent
-    if any(p.exists() and Path(i).expanduser().exists() and p.samefile(Path(i).expanduser())
-           for i in inputs if i):
-        why = "it is an input of this command (a kernel file); refusing to overwrite it"
-    elif p.is_dir():
-        why = "it is a directory"
-    elif not parent.is_dir():
-        why = f"{parent} is not a directory" if parent.exists() else f"no directory {parent}"
-    elif not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        why = "permission denied"
-    elif (foreign := _not_a_report(p)) is not None:
-        why = f"{foreign}; refusing to overwrite it (remove it, or choose another path)"
-    else:
-        why = _open_fails(p)
-        if why is None:
-            return
-    raise ProbeError(f"cannot write {option} {path}: {why}")
-
-
-# written before reports said who wrote them (TOOL): probe bench's, probe profile's and
-# its interactive session's
-_OLD_BENCH_KEYS = {"schema", "mode", "peers", "results"}
-_OLD_PROFILE_KEYS = {"model", "weights", "cache", "builds", "steps"}
-_SNIFF_LIMIT = 1 << 30  # (a report is far smaller; a larger file is not one)
-_NOT_A_REPORT = "it exists and is not one of probe's reports"
-
-
-def _is_report(doc: Any) -> bool:
-    """A JSON document this tool writes: check, bench, profile, an interactive profile
-    session, a Chrome trace of a profile, a reproduction."""
-    if not isinstance(doc, dict):
-        return False
-    tool, schema = doc.get("tool"), doc.get("schema")
-    meta = doc.get("otherData")
-    return ((isinstance(tool, dict) and tool.get("name") == TOOL["name"])
-            or (isinstance(schema, str) and schema.startswith("sdpa_probe."))
-            or (schema == 1 and _OLD_BENCH_KEYS <= doc.keys())
-            or _OLD_PROFILE_KEYS <= doc.keys()
-            or (doc.get("interactive") is True and isinstance(doc.get("runs"), list))
-            or ("traceEvents" in doc and isinstance(meta, dict) and TOOL["name"] in meta))
-
-
-def _not_a_report(p: Path) -> str | None:
-    """Why an existing file at an output path is the user's, not an earlier report of
-    this tool's (None: it is one, it is empty, or it is no regular file). A mistyped
-    --json README.md is refused before the work instead of being lost after it."""
-    if not p.is_file():
-        return None  # new, or a FIFO or a device (/dev/stdout)
-    try:
-        size = p.stat().st_size
-        if size == 0:
-            return None
-        if size > _SNIFF_LIMIT:
-            return _NOT_A_REPORT
-        text = p.read_bytes().decode("utf-8", "replace")
-    except OSError as exc:
-        return f"it exists and cannot be read ({exc.strerror})"
-    head = text[:4096].lstrip()
-    if head.startswith("{"):
-        try:
-            ours = _is_report(json.loads(text))
-        except ValueError:
-            ours = False
-    elif head.startswith("<?xml") or head.startswith("<testsuites"):
-        ours = '<testsuites name="probe check"' in head  # JUnit XML of probe check
-    elif head.startswith("<svg"):
-        ours = "<title>probe profile" in head  # probe profile --chart
-    else:  # probe profile --csv: its header row
-        from ..profile.report import CSV_FIELDS
-        ours = head.startswith(",".join(CSV_FIELDS) + ",")
-    return None if ours else _NOT_A_REPORT
-
-
-def _open_fails(p: Path) -> str | None:
-    """Open the path for appending, which truncates nothing, and remove it again if
-    this made it: os.access says yes to root on a read-only file system, /proc or
-    /sys, where the write at the end of a long run would then fail."""
-    existed = p.exists()
-    if existed and not p.is_file():
-        return None  # a FIFO or a device (/dev/stdout): opening one could block
-    try:
-        with open(p, "a"):
-            pass
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    if not existed:
-        try:
-            p.unlink()
-        except OSError:
-            pass
-    return None
-
-
-def write_text(path: str, text: str) -> None:
-    """Write text to a path, or to stdout for '-'; an OS error is a one-line ProbeError."""
-    if path == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    try:
-        Path(path).write_text(text)
-    except OSError as exc:
-        raise ProbeError(f"cannot write {path}: {exc.strerror}") from None

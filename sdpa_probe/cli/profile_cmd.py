@@ -6,85 +6,83 @@ import os
 import sys
 
 import typer
+from rich.console import Group
+from rich.live import Live
 
 from ..errors import ProbeError
-from ..profile import chart as chart_mod
-from ..profile import models, report, runner
+from ..profile import models, report
+from ..profile.interactive import explore
+from ..profile.run import run_profile
+from ..profile.settings import settings_from_options
 from . import command
 from .output import Output, check_writable
 
+# the options, one per parameter of profile_command below
+_MODEL = typer.Option(None, "--model", "-m", help=f"Shape preset: {', '.join(models.PRESETS)}.")
+_CUSTOM = typer.Option(False, "--custom", help="Shape entirely from --layers --hidden --heads "
+                       "--kv-heads --head-dim --ffn (--vocab optional).")
+_LAYERS = typer.Option(None, "--layers", help="Decoder layers (overrides the preset).")
+_HIDDEN = typer.Option(None, "--hidden", help="Hidden size.")
+_HEADS = typer.Option(None, "--heads", help="Query heads.")
+_KV_HEADS = typer.Option(None, "--kv-heads", help="KV heads (divides --heads).")
+_HEAD_DIM = typer.Option(None, "--head-dim", help="Head dimension (even: RoPE).")
+_FFN = typer.Option(None, "--ffn", help="MLP intermediate size.")
+_VOCAB = typer.Option(None, "--vocab", help="Vocabulary size (LM-head rows).")
+_WEIGHTS = typer.Option("f16", "--weights", help="Weight dtype: f32 or f16.")
+_CACHE = typer.Option("f16", "--cache", help="KV cache dtype: f32, f16 or i8 "
+                      "(per token and head, with zero point).")
+_ATTENTION = typer.Option(None, "--attention", "-a",
+                          help="decomposed (torch-style export graph), fused (flash "
+                               "reading the cache; quant_int8 for an i8 cache), user "
+                               "(the --kernel file) or any registered kernel "
+                               "(kernel:NAME if it clashes); default fused (user with "
+                               "--kernel). GRAPH@CFLAGS runs it in a native build "
+                               "with those compiler flags.")
+_AB = typer.Option(None, "--ab", help="A,B: interleaved A/B of two attention graphs, "
+                   "e.g. decomposed,fused; either may be GRAPH@CFLAGS, a build with "
+                   "other flags: --ab 'fused@-O3,fused@-O1'.")
+_KERNEL = typer.Option(None, "--kernel", help="PATH.c, PATH.cpp or PATH.so: a user sdpa_forward "
+                       "(native/include/sdpa_probe.h) as attention 'user'.")
+_CONTEXT = typer.Option("1000", "--context", "-c",
+                        help="Cached tokens before the new one. A list or range "
+                             "sweeps: 100,1000,2000 or START:STOP:STEP with STOP "
+                             "included, e.g. 500:4000:500.")
+_STEPS = typer.Option(20, "--steps", "-n", help="Timed steps per graph and context.")
+_WARMUP = typer.Option(3, "--warmup", help="Untimed warm-up steps first.")
+_THREADS = typer.Option(0, "--threads", "-t", help="Threads (0: all cores).")
+_CACHE_SIZE = typer.Option(None, "--cache-size",
+                           help="KV cache capacity in positions (default: just enough).")
+_PP = typer.Option(0, "--pp", help="Also time N prompt tokens from position 0 "
+                   "(token at a time), llama-bench style.")
+_TG = typer.Option(0, "--tg", help="Also time N generated tokens after each context.")
+_ROPE = typer.Option("half", "--rope", help="RoPE pairing: half or interleaved.")
+_SEED = typer.Option(0, "--seed", help="Seed of the random weights and history.")
+_ROOFLINE = typer.Option(True, "--roofline/--no-roofline",
+                         help="Show %% of roofline (sdpa_probe.machine; measured "
+                              "once and cached).")
+_JSON = typer.Option(None, "--json", help="Write the result as JSON to PATH "
+                     "('-': stdout, no table).")
+_CSV = typer.Option(None, "--csv", help="Write per-op rows as CSV to PATH.")
+_TRACE = typer.Option(None, "--trace", help="Write a Chrome trace (chrome://tracing, Perfetto).")
+_LIVE = typer.Option(False, "--live", help="Redraw the per-op table as steps come in.")
+_CHART = typer.Option(None, "--chart", help="With a context sweep: also write the per-op time "
+                      "chart as SVG to PATH.svg.")
+_CHART_BY = typer.Option("op", "--chart-by",
+                         help="Chart series: op (the top ops) or kind (op kinds).")
+_CHART_TOP = typer.Option(6, "--chart-top", help="Series per chart panel.")
+_INTERACTIVE = typer.Option(False, "--interactive", "-i",
+                            help="A prompt loop: change model, context, attention, "
+                                 "cache, threads and rerun; each table shows the "
+                                 "change against the previous run. Needs a "
+                                 "terminal on stdin (see --script).")
+_SCRIPT = typer.Option(False, "--script",
+                       help="With --interactive: read the commands from stdin even "
+                            "when it is not a terminal (a file, a pipe, a test).")
 
-@command("profile")
-def profile_command(
-    model: str = typer.Option(None, "--model", "-m",
-                              help=f"Shape preset: {', '.join(models.PRESETS)}."),
-    custom: bool = typer.Option(False, "--custom",
-                                help="Shape entirely from --layers --hidden --heads --kv-heads "
-                                     "--head-dim --ffn (--vocab optional)."),
-    layers: int = typer.Option(None, "--layers", help="Decoder layers (overrides the preset)."),
-    hidden: int = typer.Option(None, "--hidden", help="Hidden size."),
-    heads: int = typer.Option(None, "--heads", help="Query heads."),
-    kv_heads: int = typer.Option(None, "--kv-heads", help="KV heads (divides --heads)."),
-    head_dim: int = typer.Option(None, "--head-dim", help="Head dimension (even: RoPE)."),
-    ffn: int = typer.Option(None, "--ffn", help="MLP intermediate size."),
-    vocab: int = typer.Option(None, "--vocab", help="Vocabulary size (LM-head rows)."),
-    weights: str = typer.Option("f16", "--weights", help="Weight dtype: f32 or f16."),
-    cache: str = typer.Option("f16", "--cache", help="KV cache dtype: f32, f16 or i8 "
-                              "(per token and head, with zero point)."),
-    attention: str = typer.Option(None, "--attention", "-a",
-                                  help="decomposed (torch-style export graph), fused (flash "
-                                       "reading the cache; quant_int8 for an i8 cache), user "
-                                       "(the --kernel file) or any registered kernel "
-                                       "(kernel:NAME if it clashes); default fused (user with "
-                                       "--kernel). GRAPH@CFLAGS runs it in a native build "
-                                       "with those compiler flags."),
-    ab: str = typer.Option(None, "--ab", help="A,B: interleaved A/B of two attention graphs, "
-                           "e.g. decomposed,fused; either may be GRAPH@CFLAGS, a build with "
-                           "other flags: --ab 'fused@-O3,fused@-O1'."),
-    kernel: str = typer.Option(None, "--kernel",
-                               help="PATH.c, PATH.cpp or PATH.so: a user sdpa_forward "
-                                    "(native/include/sdpa_probe.h) as attention 'user'."),
-    context: str = typer.Option("1000", "--context", "-c",
-                                help="Cached tokens before the new one. A list or range "
-                                     "sweeps: 100,1000,2000 or START:STOP:STEP with STOP "
-                                     "included, e.g. 500:4000:500."),
-    steps: int = typer.Option(20, "--steps", "-n", help="Timed steps per graph and context."),
-    warmup: int = typer.Option(3, "--warmup", help="Untimed warm-up steps first."),
-    threads: int = typer.Option(0, "--threads", "-t", help="Threads (0: all cores)."),
-    cache_size: int = typer.Option(None, "--cache-size",
-                                   help="KV cache capacity in positions (default: just enough)."),
-    pp: int = typer.Option(0, "--pp", help="Also time N prompt tokens from position 0 "
-                           "(token at a time), llama-bench style."),
-    tg: int = typer.Option(0, "--tg", help="Also time N generated tokens after each context."),
-    rope: str = typer.Option("half", "--rope", help="RoPE pairing: half or interleaved."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random weights and history."),
-    roofline: bool = typer.Option(True, "--roofline/--no-roofline",
-                                  help="Show %% of roofline (sdpa_probe.machine; measured "
-                                       "once and cached)."),
-    json_path: str = typer.Option(None, "--json", help="Write the result as JSON to PATH "
-                                  "('-': stdout, no table)."),
-    csv_path: str = typer.Option(None, "--csv", help="Write per-op rows as CSV to PATH."),
-    trace_path: str = typer.Option(None, "--trace",
-                                   help="Write a Chrome trace (chrome://tracing, Perfetto)."),
-    live: bool = typer.Option(False, "--live",
-                              help="Redraw the per-op table as steps come in."),
-    chart: str = typer.Option(None, "--chart",
-                              help="With a context sweep: also write the per-op time chart "
-                                   "as SVG to PATH.svg."),
-    chart_by: str = typer.Option("op", "--chart-by",
-                                 help="Chart series: op (the top ops) or kind (op kinds)."),
-    chart_top: int = typer.Option(6, "--chart-top", help="Series per chart panel."),
-    interactive: bool = typer.Option(False, "--interactive", "-i",
-                                     help="A prompt loop: change model, context, attention, "
-                                          "cache, threads and rerun; each table shows the "
-                                          "change against the previous run. Needs a "
-                                          "terminal on stdin (see --script)."),
-    script: bool = typer.Option(False, "--script",
-                                help="With --interactive: read the commands from stdin even "
-                                     "when it is not a terminal (a file, a pipe, a test)."),
-) -> None:
-    """Profile one transformer decode step op by op: decomposed vs fused attention."""
-    to_stdout = json_path == "-" or csv_path == "-" or trace_path == "-"
+
+def _check_options(kernel, json_path, csv_path, trace_path, chart, chart_by, chart_top,
+                   interactive, script, ab, live) -> None:
+    """The options that exclude or need each other, before any work."""
     if kernel is not None and not kernel.strip():
         raise ProbeError("--kernel is empty: give a .c, .cpp or .so file implementing sdpa_forward")
     if sum(p == "-" for p in (json_path, csv_path, trace_path)) > 1:
@@ -112,74 +110,75 @@ def profile_command(
     for option, path in (("--json", json_path), ("--csv", csv_path), ("--trace", trace_path),
                          ("--chart", chart)):
         check_writable(path, option, inputs=[kernel])
-    out = Output(json_mode=to_stdout)
-    if not out.out.is_terminal and "COLUMNS" not in os.environ:
-        out.out.width = 160  # piped or captured: the per-op table needs the room
-    if model is not None and custom:
-        raise ProbeError("--model and --custom exclude each other")
-    shape = models.resolve(model, custom, {
-        "layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads,
-        "head_dim": head_dim, "ffn": ffn}, vocab)
-    if ab is not None and attention is not None:
-        raise ProbeError("--ab A,B picks both attention graphs; drop --attention")
-    if ab is not None:
-        labels = tuple(x.strip() for x in ab.split(",") if x.strip())
-        if len(labels) != 2:
-            raise ProbeError("--ab wants two attention graphs, e.g. --ab decomposed,fused "
-                             "or --ab 'fused@-O3,fused@-O1'")
-    else:
-        labels = (attention or ("user" if kernel else "fused"),)
-    settings = runner.Settings(
-        shape=shape, weights=weights, cache=cache, attention=labels, ab=ab is not None,
-        contexts=runner.parse_contexts(context), steps=steps, warmup=warmup, threads=threads,
-        seed=seed, capacity=cache_size, pp=pp, tg=tg, rope_style=rope, roofline=roofline,
-        kernel_path=kernel)
-    runner.validate(settings)
-    out.warn_if_portable()
-    if kernel is not None and not any(runner.split_build(x)[0] == runner.USER
-                                      for x in labels):
-        raise ProbeError("--kernel is attention 'user': use --attention user or --ab "
-                         "fused,user")
-    if chart is not None and len(settings.contexts) < 2:
-        raise ProbeError("--chart draws a context sweep: give two or more contexts, e.g. "
-                         "--context 500:4000:500")
-    if interactive:
-        from ..profile import interactive as explore
 
-        tty = sys.stdin.isatty()
 
-        def read(prompt: str) -> str:
-            line = out.out.input(prompt)
-            if not tty:  # --script: show the command as a terminal would have
-                out.print(line, markup=False, highlight=False)
-            return line
+def _explore(settings, out: Output, json_path: str | None) -> None:
+    """--interactive: the prompt loop reads from the terminal (or, with --script, stdin)."""
+    tty = sys.stdin.isatty()
 
-        explore.explore(settings, out, read, json_path)
-        return
-    if live and not to_stdout:
-        from rich.console import Group
-        from rich.live import Live
+    def read(prompt: str) -> str:
+        line = out.out.input(prompt)
+        if not tty:  # --script: show the command as a terminal would have
+            out.print(line, markup=False, highlight=False)
+        return line
 
-        with Live(console=out.out, transient=True, refresh_per_second=4) as view:
-            def show(head: dict, summaries: list[dict]) -> None:
-                view.update(Group(*(report.op_table(head, sm) for sm in summaries)))
+    explore(settings, out, read, json_path)
 
-            doc, runs = runner.profile(settings, progress=out.note, live=show)
-    else:
-        doc, runs = runner.profile(settings, progress=out.note)
+
+def _run_live(settings, out: Output) -> tuple[dict, list]:
+    """--live: the per-op tables redrawn as the steps come in, then cleared."""
+    with Live(console=out.out, transient=True, refresh_per_second=4) as view:
+        def show(head: dict, summaries: list[dict]) -> None:
+            view.update(Group(*(report.op_table(head, sm) for sm in summaries)))
+
+        return run_profile(settings, progress=out.note, live=show)
+
+
+def _warn_caller_changed(doc: dict, out: Output) -> None:
     for label, what in doc["caller_changed"].items():
         out.warn(f"attention {label} left its caller changed ({'; '.join(what)}): put back "
                  "after each of its steps, so that the other graph ran as it should (probe "
                  "check fails such a kernel)")
-    if json_path:
-        out.write_json(json_path, doc)
-    if csv_path:
-        report.write_text(csv_path, report.csv_text(doc))
-    if trace_path:
-        report.write_trace(trace_path, runs, doc)
-    if chart:
-        svg = chart_mod.svg_chart(doc, chart_by, chart_top, chart_mod.header_lines(doc))
-        report.write_text(chart, svg)
+
+
+@command("profile")
+def profile_command(
+    model: str = _MODEL, custom: bool = _CUSTOM, layers: int = _LAYERS, hidden: int = _HIDDEN,
+    heads: int = _HEADS, kv_heads: int = _KV_HEADS, head_dim: int = _HEAD_DIM, ffn: int = _FFN,
+    vocab: int = _VOCAB, weights: str = _WEIGHTS, cache: str = _CACHE,
+    attention: str = _ATTENTION, ab: str = _AB, kernel: str = _KERNEL, context: str = _CONTEXT,
+    steps: int = _STEPS, warmup: int = _WARMUP, threads: int = _THREADS,
+    cache_size: int = _CACHE_SIZE, pp: int = _PP, tg: int = _TG, rope: str = _ROPE,
+    seed: int = _SEED, roofline: bool = _ROOFLINE, json_path: str = _JSON, csv_path: str = _CSV,
+    trace_path: str = _TRACE, live: bool = _LIVE, chart: str = _CHART,
+    chart_by: str = _CHART_BY, chart_top: int = _CHART_TOP, interactive: bool = _INTERACTIVE,
+    script: bool = _SCRIPT,
+) -> None:
+    """Profile one transformer decode step op by op: decomposed vs fused attention."""
+    _check_options(kernel, json_path, csv_path, trace_path, chart, chart_by, chart_top,
+                   interactive, script, ab, live)
+    to_stdout = "-" in (json_path, csv_path, trace_path)
+    out = Output(json_mode=to_stdout)
+    if not out.out.is_terminal and "COLUMNS" not in os.environ:
+        out.out.width = 160  # piped or captured: the per-op table needs the room
+    settings = settings_from_options(
+        model=model, custom=custom, vocab=vocab, attention=attention, ab=ab, kernel=kernel,
+        context=context, chart=chart is not None,
+        dims={"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads,
+              "head_dim": head_dim, "ffn": ffn},
+        weights=weights, cache=cache, steps=steps, warmup=warmup, threads=threads, seed=seed,
+        capacity=cache_size, pp=pp, tg=tg, rope_style=rope, roofline=roofline)
+    out.warn_if_portable()
+    if interactive:
+        _explore(settings, out, json_path)
+        return
+    if live and not to_stdout:
+        doc, runs = _run_live(settings, out)
+    else:
+        doc, runs = run_profile(settings, progress=out.note)
+    _warn_caller_changed(doc, out)
+    report.write_files(doc, runs, json_path=json_path, csv_path=csv_path, trace_path=trace_path,
+                       chart_path=chart, chart_by=chart_by, chart_top=chart_top)
     report.render(doc, out, chart_by, chart_top)
     if chart:
         out.note(f"chart written to {chart}")

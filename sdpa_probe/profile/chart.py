@@ -11,6 +11,8 @@ from xml.sax.saxutils import escape, quoteattr
 from rich.console import Group
 from rich.text import Text
 
+from .provenance import build_line, machine_line
+
 # Okabe-Ito and Tableau-like colours, distinguishable on light and dark backgrounds
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#B8860B",
            "#7F7F7F", "#8C564B", "#17BECF", "#BCBD22", "#9467BD"]
@@ -247,8 +249,6 @@ def svg_chart(doc: dict, by: str = "op", top: int = DEFAULT_TOP,
 
 def header_lines(doc: dict) -> list[str]:
     """Setup, machine and builds for the SVG's top lines."""
-    from .report import build_line, machine_line  # report imports nothing from here
-
     m = doc["model"]
     lines = [f"decode step: {m['name']} ({m['layers']} layers, hidden {m['hidden']}, "
              f"{m['heads']}/{m['kv_heads']} heads x {m['head_dim']}, ffn {m['ffn']}, vocab "

@@ -11,9 +11,12 @@ from pathlib import Path
 from rich.table import Table
 
 from .. import TOOL
-from ..cli.output import check_writable, dumps
 from ..errors import ProbeError
-from . import models, report, runner
+from ..outputs import check_writable, dumps
+from . import models, report
+from .attention import resolve_attention
+from .run import run_profile
+from .settings import Settings, parse_contexts, validate
 
 HELP = """commands (one per line; several settings may share a line, then the profile reruns):
   model NAME          a preset: {presets}
@@ -36,7 +39,7 @@ ALIASES = {"ctx": "context", "c": "context", "m": "model", "a": "attention", "kv
 QUIT = {"quit", "q", "exit", ":q"}
 
 
-def settings_view(s: runner.Settings) -> dict:
+def settings_view(s: Settings) -> dict:
     return {"model": s.shape.name, "context": ",".join(str(c) for c in s.contexts),
             "attention": s.attention[0], "cache": s.cache, "threads": s.threads,
             "weights": s.weights, "steps": s.steps}
@@ -52,7 +55,7 @@ def _int(key: str, value: str, lo: int) -> int:
     return v
 
 
-def apply(s: runner.Settings, pairs: list[tuple[str, str]]) -> runner.Settings:
+def apply(s: Settings, pairs: list[tuple[str, str]]) -> Settings:
     """A new Settings with the changes; raises ProbeError (nothing changed) on bad input."""
     new = dataclasses.replace(s)
     for key, value in pairs:
@@ -60,7 +63,7 @@ def apply(s: runner.Settings, pairs: list[tuple[str, str]]) -> runner.Settings:
         if key == "model":
             new.shape = models.resolve(value, False, {}, None)
         elif key == "context":
-            new.contexts = runner.parse_contexts(value)
+            new.contexts = parse_contexts(value)
         elif key == "attention":
             new.attention = (value,)
         elif key == "cache":
@@ -73,9 +76,9 @@ def apply(s: runner.Settings, pairs: list[tuple[str, str]]) -> runner.Settings:
             new.steps = _int(key, value, 1)
         else:
             raise ProbeError(f"unknown setting {key!r} (type help)")
-    runner.validate(new)
+    validate(new)
     for label in new.attention:
-        runner.resolve_attention(label, new.cache, new.kernel_path)
+        resolve_attention(label, new.cache, new.kernel_path)
     return new
 
 
@@ -96,7 +99,7 @@ def primary(doc: dict) -> dict:
 class Explorer:
     """The loop. read(prompt) returns a line or raises EOFError."""
 
-    def __init__(self, settings: runner.Settings, out, read: Callable[[str], str],
+    def __init__(self, settings: Settings, out, read: Callable[[str], str],
                  json_path: str | None = None):
         self.s, self.out, self.read, self.json_path = settings, out, read, json_path
         self.history: list[dict] = []
@@ -105,7 +108,7 @@ class Explorer:
 
     def run_once(self, changed: dict) -> None:
         try:
-            doc, _ = runner.profile(self.s, progress=self.out.note)
+            doc, _ = run_profile(self.s, progress=self.out.note)
         except ProbeError as exc:
             self.out.err.print(f"error: {exc}", markup=False, highlight=False)
             return
@@ -219,7 +222,7 @@ class Explorer:
             self.save(self.json_path)
 
 
-def explore(settings: runner.Settings, out, read: Callable[[str], str],
+def explore(settings: Settings, out, read: Callable[[str], str],
             json_path: str | None = None) -> list[dict]:
     ex = Explorer(settings, out, read, json_path)
     ex.loop()

@@ -10,8 +10,10 @@ import math
 from rich.table import Table
 from rich.text import Text
 
-from ..cli.output import write_text  # also used as report.write_text by profile_cmd
-from .runner import Run
+from ..outputs import write_json, write_text
+from . import chart
+from .measure import Run
+from .provenance import build_line, flags_text, machine_line
 
 BAR_WIDTH = 24
 _BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -36,52 +38,6 @@ def _rate(x) -> str:
     if x is None or not math.isfinite(x):
         return "-"
     return f"{x:.1f}" if x < 100 else f"{x:.0f}"
-
-
-SHOWN_FLAGS_SKIP = ("-Wall", "-pthread", "-std=c11")
-
-
-def short_cc(version: str) -> str:
-    """'gcc (Debian 12.2.0-14+deb12u1) 12.2.0' -> 'gcc 12.2.0'."""
-    parts = version.split()
-    if len(parts) >= 2:
-        return f"{parts[0]} {parts[-1]}"
-    return version or "?"
-
-
-def flags_text(flags: list[str]) -> str:
-    return " ".join(f for f in flags if f not in SHOWN_FLAGS_SKIP)
-
-
-def machine_line(doc: dict) -> str:
-    m = doc.get("machine")
-    if not m:
-        return ""
-    simd = "/".join(m.get("simd") or []) or "no SIMD flags seen"
-    load = m.get("loadavg")
-    text = (f"machine: {m['cpu']} ({simd}), {m['logical_cores']} logical cores, "
-            f"{doc['threads']} thread(s)")
-    if load:
-        text += f", load {load[0]:.2f} at start"
-    return text + f" | sdpa_probe {m['sdpa_probe']}, kernel ABI {m['abi_version']}"
-
-
-def build_line(doc: dict, attention: str) -> str:
-    """Compiler, flags and module of the build that ran `attention` (and its user kernel)."""
-    label = doc.get("attention_builds", {}).get(attention)
-    b = doc.get("builds", {}).get(label) if label else None
-    if not b:
-        return ""
-    text = (f"build: {short_cc(b['cc_version'])} {flags_text(b['flags'])} -> {b['module']}")
-    kern = doc["kernels"].get(attention) or ""
-    u = doc.get("user_kernels", {}).get(kern)
-    if u and u.get("prebuilt"):
-        text += (f"\nuser kernel: {kern} (sha256 {u['sha256']}), a prebuilt .so linked "
-                 f"through {u['module']}")
-    elif u:
-        text += (f"\nuser kernel: {kern} (sha256 {u['sha256']}) {flags_text(u['flags'])} -> "
-                 f"{u['module']}")
-    return text
 
 
 def _title(doc: dict, sm: dict) -> str:
@@ -250,8 +206,6 @@ def render(doc: dict, out, chart_by: str = "op", chart_top: int = 6) -> None:
         for label in doc["growth"]:
             out.print(growth_table(doc, label))
             out.print("")
-        from . import chart
-
         width = max(24, min(out.out.width - 14, 90))
         out.print(chart.text_chart(doc, chart_by, chart_top, width=width))
     if "ab" in doc:
@@ -372,3 +326,19 @@ def trace_doc(runs: list[Run], max_steps: int | None = None, doc: dict | None = 
 
 def write_trace(path: str, runs: list[Run], doc: dict | None = None) -> None:
     write_text(path, json.dumps(trace_doc(runs, doc=doc), separators=(",", ":")) + "\n")
+
+
+def write_files(doc: dict, runs: list[Run], *, json_path: str | None = None,
+                csv_path: str | None = None, trace_path: str | None = None,
+                chart_path: str | None = None, chart_by: str = "op",
+                chart_top: int = chart.DEFAULT_TOP) -> None:
+    """The report files asked for, each to its path ('-': stdout)."""
+    if json_path:
+        write_json(json_path, doc)
+    if csv_path:
+        write_text(csv_path, csv_text(doc))
+    if trace_path:
+        write_trace(trace_path, runs, doc)
+    if chart_path:
+        svg = chart.svg_chart(doc, chart_by, chart_top, chart.header_lines(doc))
+        write_text(chart_path, svg)

@@ -1,0 +1,153 @@
+"""Where reports are written: a JSON document or text to a path (or stdout for '-'),
+and the guard that checks an output path before the work, so that a run never ends
+by overwriting a user's file. Below every other module of the package: it imports
+none of them but the error type and the tool's name."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import TOOL
+from .errors import ProbeError
+
+
+def _clean(obj: Any) -> Any:
+    """JSON has no NaN/Inf: write them as strings so the file stays valid JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(_clean(obj), indent=2, allow_nan=False)
+
+
+def write_text(path: str, text: str) -> None:
+    """Write text to a path, or to stdout for '-'; an OS error is a one-line ProbeError."""
+    if path == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise ProbeError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def write_json(path: str, obj: Any) -> None:
+    """Write a JSON document to a path, or to stdout for '-'."""
+    write_text(path, dumps(obj) + "\n")
+
+
+def check_writable(path: str | None, option: str, inputs=()) -> None:
+    """Before the work, not after it: an output PATH must be a new file, an empty one
+    or a report this tool wrote earlier (rerunning a command overwrites its own
+    output), in an existing, writable directory, and none of the command's input files
+    (a --kernel source); otherwise a one-line ProbeError naming the option."""
+    if path is None or path == "-":
+        return
+    p = Path(path).expanduser()
+    parent = p.parent
+    if any(p.exists() and Path(i).expanduser().exists() and p.samefile(Path(i).expanduser())
+           for i in inputs if i):
+        why = "it is an input of this command (a kernel file); refusing to overwrite it"
+    elif p.is_dir():
+        why = "it is a directory"
+    elif not parent.is_dir():
+        why = f"{parent} is not a directory" if parent.exists() else f"no directory {parent}"
+    elif not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        why = "permission denied"
+    elif (foreign := _not_a_report(p)) is not None:
+        why = f"{foreign}; refusing to overwrite it (remove it, or choose another path)"
+    else:
+        why = _open_fails(p)
+        if why is None:
+            return
+    raise ProbeError(f"cannot write {option} {path}: {why}")
+
+
+# written before reports said who wrote them (TOOL): probe bench's, probe profile's and
+# its interactive session's
+_OLD_BENCH_KEYS = {"schema", "mode", "peers", "results"}
+_OLD_PROFILE_KEYS = {"model", "weights", "cache", "builds", "steps"}
+# the header row of probe profile --csv up to its machine columns: what
+# sdpa_probe.profile.report.CSV_FIELDS names (tests/test_profile_files.py checks they agree)
+PROFILE_CSV_HEAD = ("attention,kernel,context,op,kind,calls,median_ms,iqr_ms,mean_ms,share,"
+                    "bytes,flops,gb_s,gflop_s,roofline_pct,allocs_per_step,"
+                    "alloc_bytes_per_step,step_median_ms,step_iqr_ms,")
+_SNIFF_LIMIT = 1 << 30  # (a report is far smaller; a larger file is not one)
+_NOT_A_REPORT = "it exists and is not one of probe's reports"
+
+
+def _is_report(doc: Any) -> bool:
+    """A JSON document this tool writes: check, bench, profile, an interactive profile
+    session, a Chrome trace of a profile, a reproduction."""
+    if not isinstance(doc, dict):
+        return False
+    tool, schema = doc.get("tool"), doc.get("schema")
+    meta = doc.get("otherData")
+    return ((isinstance(tool, dict) and tool.get("name") == TOOL["name"])
+            or (isinstance(schema, str) and schema.startswith("sdpa_probe."))
+            or (schema == 1 and _OLD_BENCH_KEYS <= doc.keys())
+            or _OLD_PROFILE_KEYS <= doc.keys()
+            or (doc.get("interactive") is True and isinstance(doc.get("runs"), list))
+            or ("traceEvents" in doc and isinstance(meta, dict) and TOOL["name"] in meta))
+
+
+def _not_a_report(p: Path) -> str | None:
+    """Why an existing file at an output path is the user's, not an earlier report of
+    this tool's (None: it is one, it is empty, or it is no regular file). A mistyped
+    --json README.md is refused before the work instead of being lost after it."""
+    if not p.is_file():
+        return None  # new, or a FIFO or a device (/dev/stdout)
+    try:
+        size = p.stat().st_size
+        if size == 0:
+            return None
+        if size > _SNIFF_LIMIT:
+            return _NOT_A_REPORT
+        text = p.read_bytes().decode("utf-8", "replace")
+    except OSError as exc:
+        return f"it exists and cannot be read ({exc.strerror})"
+    head = text[:4096].lstrip()
+    if head.startswith("{"):
+        try:
+            ours = _is_report(json.loads(text))
+        except ValueError:
+            ours = False
+    elif head.startswith("<?xml") or head.startswith("<testsuites"):
+        ours = '<testsuites name="probe check"' in head  # JUnit XML of probe check
+    elif head.startswith("<svg"):
+        ours = "<title>probe profile" in head  # probe profile --chart
+    else:  # probe profile --csv: its header row
+        ours = head.startswith(PROFILE_CSV_HEAD)
+    return None if ours else _NOT_A_REPORT
+
+
+def _open_fails(p: Path) -> str | None:
+    """Open the path for appending, which truncates nothing, and remove it again if
+    this made it: os.access says yes to root on a read-only file system, /proc or
+    /sys, where the write at the end of a long run would then fail."""
+    existed = p.exists()
+    if existed and not p.is_file():
+        return None  # a FIFO or a device (/dev/stdout): opening one could block
+    try:
+        with open(p, "a"):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    if not existed:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+    return None
