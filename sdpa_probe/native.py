@@ -212,7 +212,7 @@ def load_user_kernel(path: Path, force: bool = False) -> Kernel:
     spec = user_kernel_spec(path)
     res = build(spec, force=force, **_build_opts)
     mod = load_user_module(res, path)
-    info = KernelInfo(f"user:{Path(path).name}", f"user kernel {path}",
+    info = KernelInfo(Path(path).name, f"user kernel {path}",
                       ("f32", "f16", "bf16", "i8"), (), -1)
     return Kernel(mod.ffi, mod.lib, info, user=True, build=res)
 

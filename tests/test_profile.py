@@ -89,9 +89,9 @@ def test_live_view_then_final_table():
 
 def test_user_kernel_in_the_attention_slot(tmp_path):
     doc = json_run("--kernel", str(EXAMPLE_KERNEL), "--context", "12")
-    assert doc["graph"] == "user" and doc["kernels"] == {"user": "user:minimal_sdpa.c"}
+    assert doc["graph"] == "user" and doc["kernels"] == {"user": "minimal_sdpa.c"}
     assert "sdpa" in {o["name"] for o in doc["ops"]}
-    uk = doc["user_kernels"]["user:minimal_sdpa.c"]
+    uk = doc["user_kernels"]["minimal_sdpa.c"]
     assert uk["path"].endswith("minimal_sdpa.c") and len(uk["sha256"]) == 16
     assert uk["module"].startswith("_sdpa_probe_user")
     chk = doc["checks"][0]
@@ -184,6 +184,6 @@ def test_prebuilt_so_user_kernel(tmp_path):
         "-shared", "-fPIC", "-O2", f"-I{build.INCLUDE_DIR}", str(EXAMPLE_KERNEL), "-o", str(so),
         "-lm"], check=True)
     doc = json_run("--kernel", str(so), "--context", "9", "--cache", "i8")
-    u = doc["user_kernels"]["user:mk.so"]
+    u = doc["user_kernels"]["mk.so"]
     assert u["prebuilt"] is True and u["module"].startswith("_sdpa_probe_user_so")
     assert doc["checks"][0]["b"] == "user" and doc["checks"][0]["ok"]

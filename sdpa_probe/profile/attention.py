@@ -7,11 +7,11 @@ from __future__ import annotations
 import dataclasses
 
 from .. import native
+from ..backends import parse
 from ..errors import ProbeError
 from . import builds, decode
 
 USER = "user"  # the attention name of --kernel PATH
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,7 +20,7 @@ class Attention:
                           # with @CFLAGS: the same in a native build with those flags
     graph: int            # decode.GRAPH_DECOMPOSED or decode.GRAPH_KERNEL
     kernel_index: int = -1
-    kernel: str | None = None  # the kernel in the attention slot (user:FILE for --kernel)
+    kernel: str | None = None  # the kernel in the attention slot (its file name for --kernel)
     cflags: str | None = None  # extra compiler flags of its native build (None: the default)
     user: builds.UserKernel | None = None
 
@@ -71,10 +71,14 @@ def resolve_attention(label: str, cache: str, kernel_path: str | None = None) ->
         name = "quant_int8" if cache == "i8" else "flash"
     else:
         name = base[len("kernel:"):] if base.startswith("kernel:") else base
-    if name not in kernels:
+    try:
+        spec = parse(name, what="attention")
+    except ProbeError:
+        spec = None
+    if spec is None or spec.kind != "native":  # (the slot runs a kernel of the native graph)
         raise ProbeError(f"unknown attention {label!r}; use decomposed, fused, user (with "
                          "--kernel) or a kernel: " + ", ".join(kernels))
-    k = kernels[name]
+    k = kernels[spec.name]
     if cache not in k.info.dtypes:
         raise ProbeError(f"kernel {name} does not read a {cache} cache (it takes "
                          f"{' '.join(k.info.dtypes)}); pick another --cache or --attention")

@@ -83,7 +83,7 @@ class UserKernel:
 
     @property
     def name(self) -> str:
-        return f"user:{self.path.name}"
+        return self.path.name
 
     def meta(self) -> dict:
         r = self.result
@@ -102,7 +102,7 @@ def user_kernel(path: str, cflags: str | None = None) -> UserKernel:
     flags = cflags if p.suffix in native.SOURCE_SUFFIXES else None
     res = build.build(spec, cflags=flags, cc=_compiler())
     mod = native.load_user_module(res, p)  # (a file without sdpa_forward does not load)
-    info = native.KernelInfo(f"user:{p.name}", f"user kernel {p}",
+    info = native.KernelInfo(p.name, f"user kernel {p}",
                              ("f32", "f16", "bf16", "i8"), (), -1)
     return UserKernel(p, native.Kernel(mod.ffi, mod.lib, info, user=True, build=res), res,
                       hashlib.sha256(p.read_bytes()).hexdigest()[:16], flags)

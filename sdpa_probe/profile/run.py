@@ -11,8 +11,8 @@ from collections.abc import Callable
 from .. import TOOL
 from ..caller_state import Guard
 from ..errors import ProbeError
-from ..harness import trial_call
 from ..machine import mem_available
+from ..trial_call import trial_call
 from . import builds, decode
 from .attention import Attention, check_pairs, resolve_attention
 from .measure import Run, Session, check_outputs, measure, token_rate
