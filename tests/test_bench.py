@@ -12,6 +12,8 @@ from conftest import needs_cxx
 from typer.testing import CliRunner
 
 from sdpa_probe import bench, native
+from sdpa_probe.bench import host, timing
+from sdpa_probe.bench.figures import roofline_figures
 from sdpa_probe.backends import executorch_library
 from sdpa_probe.cli import app, bench_cmd
 from sdpa_probe.errors import ProbeError
@@ -88,12 +90,12 @@ def test_roofline_bound_counts_the_conversion_of_k_and_v():
     assert s.kv_elements == 2 * 8192 * 16 * 128
     t_cvt = s.kv_elements / 1e9  # at 1 G elements/s: far slower than memory or FMA
     stats = {"median_us": 2 * t_cvt * 1e6}
-    f = bench._figures(s, stats, FAKE_ROOF | {"cvt_i8_gelems_all": 1.0}, threads=2)
+    f = roofline_figures(s, stats, FAKE_ROOF | {"cvt_i8_gelems_all": 1.0}, threads=2)
     assert f["bound"] == "conversion" and f["roofline_pct"] == pytest.approx(50.0, abs=0.1)
-    f = bench._figures(s, stats, FAKE_ROOF, threads=2)  # a roofline without the rates
+    f = roofline_figures(s, stats, FAKE_ROOF, threads=2)  # a roofline without the rates
     assert f["bound"] in ("memory", "compute") and f["roofline_pct"] < 50.0
     f32 = bench.PRESETS["decode-h16kv16d128-kv8192-f32"]  # F32 converts nothing
-    f = bench._figures(f32, stats, FAKE_ROOF | {"cvt_f32_gelems_all": 1e-9}, threads=2)
+    f = roofline_figures(f32, stats, FAKE_ROOF | {"cvt_f32_gelems_all": 1e-9}, threads=2)
     assert f["bound"] == "memory"
 
 
@@ -137,7 +139,7 @@ def test_noisy_medians_are_marked_and_named_in_a_note(monkeypatch):
         st = real(seconds)
         return st | {"iqr_us": st["median_us"] / 3}
 
-    monkeypatch.setattr(bench, "summarize", spread)
+    monkeypatch.setattr(timing, "summarize", spread)
     doc = bench.run([shape], peers=("torch",), threads=1, rounds=2, min_time=0.001,
                     roofline=FAKE_ROOF)
     (r,) = doc["results"]
@@ -179,7 +181,7 @@ def test_core_limit_extrapolates_the_l2_resident_time():
 
 
 def test_json_reports_the_measured_limit_of_a_decode(monkeypatch):
-    monkeypatch.setattr(bench, "_l2_bytes_for", lambda threads: 512 << 10)
+    monkeypatch.setattr(host, "l2_bytes_for", lambda threads: 512 << 10)
     doc = bench.run([bench.parse_shape("decode-h8kv2d64-kv2048-f32")], peers=(), threads=2,
                     rounds=2, min_time=0.002, roofline=FAKE_ROOF)
     (r,) = doc["results"]
