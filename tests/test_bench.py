@@ -12,9 +12,9 @@ from conftest import needs_cxx
 from typer.testing import CliRunner
 
 from sdpa_probe import bench, native
+from sdpa_probe.backends import executorch_library
 from sdpa_probe.bench import host, timing
 from sdpa_probe.bench.figures import roofline_figures
-from sdpa_probe.backends import executorch_library
 from sdpa_probe.cli import app, bench_cmd
 from sdpa_probe.errors import ProbeError
 
@@ -437,22 +437,28 @@ def test_cross_dtype_targets_use_the_ratio_measured_in_the_same_rounds():
     assert got["quant_int8 decode kv8192 vs flash f32 (16, 16, 128)"]["met"] is None
 
 
-def test_cli_reports_the_targets_it_measured(tmp_path):
-    """The JSON's "targets": the kernel-speed targets of the shapes this run timed,
-    printed as a last table; none (and no table) for shapes no target names."""
+def test_cli_reports_the_targets_it_measured_only_with_goals(tmp_path):
+    """With --goals, the JSON's "targets": the kernel-speed targets of the shapes this run
+    timed, printed as a last table; none (and no table) for shapes no target names.
+    Without --goals: no table, no key, no word of them."""
     out = tmp_path / "b.json"
     base = ["bench", "--vs", "torch", "--rounds", "1", "--min-time", "0", "--no-allocs",
             "--json", str(out)]
-    res = CliRunner().invoke(app, [*base, "--shape", "decode-h32kv8d64-kv512-f32"])
+    res = CliRunner().invoke(app, [*base, "--goals", "--shape", "decode-h32kv8d64-kv512-f32"])
     assert res.exit_code == 0, res.output
     (t,) = json.loads(out.read_text())["targets"]
     assert t["target"] == "flash f32 decode kv512 vs torch" and t["goal"] == 1.0
     assert t["unit"] == "x" and t["met"] == (t["value"] >= 1.0)
     assert "kernel-speed targets measured in this run (warm" in res.output
-    res = CliRunner().invoke(app, [*base, "--shape", "decode-h32kv8d64-kv1024-f32"])
+    res = CliRunner().invoke(app, [*base, "--goals", "--shape", "decode-h32kv8d64-kv1024-f32"])
     assert res.exit_code == 0, res.output
     assert json.loads(out.read_text())["targets"] == []
     assert "kernel-speed targets" not in res.output
+    res = CliRunner().invoke(app, [*base, "--shape", "decode-h32kv8d64-kv512-f32"])
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert "targets" not in json.loads(text) and "goal" not in text
+    assert "target" not in res.output and "goal" not in res.output
 
 
 @pytest.mark.parametrize("command", ["bench", "profile", "run", "repro"])

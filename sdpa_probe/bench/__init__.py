@@ -39,7 +39,7 @@ from .parties import (
                       make_party,
                       torch_party,
 )
-from .runner import SCHEMA, TRIAL_CRASH, run
+from .runner import SCHEMA, TRIAL_CRASH, run, run_bench
 from .shapes import DTYPES, GROUPS, PRESETS, Shape, parse_shape, select_shapes
 from .timing import NOISY_IQR, is_noisy, measure, summarize
 
@@ -50,6 +50,6 @@ __all__ = [
     "core_limit", "executorch_inputs", "executorch_party", "executorch_unsupported",
     "executorch_version", "f32_reference", "is_kernel_file", "is_noisy", "kernels_for",
     "make_inputs", "make_party", "measure", "measured_goals", "parse_shape", "ratio_columns",
-    "resolve_kernels", "rotation_note", "run", "select_shapes", "summarize", "takes",
+    "resolve_kernels", "rotation_note", "run", "run_bench", "select_shapes", "summarize", "takes",
     "torch_party",
 ]

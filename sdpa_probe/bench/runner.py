@@ -5,6 +5,7 @@ and notes."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -34,9 +35,9 @@ from .figures import (
 )
 from .goals import measured_goals
 from .inputs import cold_sets, make_inputs, rotation_note
-from .kernels import PEERS, check_peers, kernels_for, resolve_kernels, takes
+from .kernels import PEERS, check_peers, is_kernel_file, kernels_for, resolve_kernels, takes
 from .parties import NativeParty, Party, executorch_unsupported, executorch_version, make_party
-from .shapes import Shape
+from .shapes import DTYPES, Shape, select_shapes
 
 SCHEMA = 1
 TRIAL_CRASH = "crashed in a trial call"  # first_call's reason when the child died
@@ -87,6 +88,43 @@ def first_call(party: NativeParty, left: dict[str, list[str]]) -> str | None:
     return None
 
 
+def run_bench(shape: str, kernels: Sequence[str] = (), peers: Sequence[str] = ("torch",),
+              dtypes: Sequence[str] = (), threads: int = 0, cold: bool = False,
+              rounds: int = 7, min_time: float = 0.05, progress: Progress | None = None,
+              allocs: bool = True, goals: bool = False) -> dict:
+    """`probe bench` from its options: the shapes a spec selects (presets, groups, custom
+    names; only `dtypes` if given) checked against the kernels, then run(). goals: the
+    document also holds the project's own speed goals this run measured ("targets")."""
+    if threads < 0 or threads > 64:  # (the native thread pool's limit, SDPA_PROBE_MAX_THREADS)
+        raise ProbeError(f"--threads must be between 1 and 64 (0: all cores), got {threads}")
+    if not math.isfinite(min_time):
+        raise ProbeError(f"--min-time must be a finite number of seconds, got {min_time}")
+    for d in dtypes:
+        if d not in DTYPES:
+            raise ProbeError(f"unknown dtype {d!r}; known: {', '.join(DTYPES)}")
+    shapes = select_shapes(shape, list(dtypes) or None)
+    _check_kernels_take(kernels, shapes)
+    doc = run(shapes, kernels=list(kernels) or None, peers=peers, threads=threads, cold=cold,
+              rounds=rounds, min_time=min_time, progress=progress, allocs=allocs)
+    if goals:
+        doc["targets"] = measured_goals(doc)
+    return doc
+
+
+def _check_kernels_take(kernels: Sequence[str], shapes: list[Shape]) -> None:
+    """Registered kernels say which dtypes they take: a run that could time nothing is a
+    usage error, not an empty table (a kernel file answers by its status instead)."""
+    if not kernels or any(is_kernel_file(k) for k in kernels):
+        return
+    ks = resolve_kernels(kernels)
+    if not any(kernels_for(s, ks) for s in shapes):
+        taken = "; ".join(
+            f"{k.name} takes " + ", ".join(d for d in DTYPES if takes(
+                k, dataclasses.replace(shapes[0], dtype=d))) for k in ks)
+        asked = ", ".join(sorted({s.dtype for s in shapes}))
+        raise ProbeError(f"no shape asked for ({asked}) is one the kernels take: {taken}")
+
+
 def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
         peers: Sequence[str] = ("torch",), threads: int | None = None, cold: bool = False,
         rounds: int = 7, min_time: float = 0.05, progress: Progress | None = None,
@@ -128,9 +166,7 @@ def run(shapes: Sequence[Shape], kernels: Sequence[str] | None = None,
             s.notes.append(why)
         s.notes.extend(thread_start_notes(results))
     s.notes.extend(_end_notes(results, load))
-    doc = _document(s, results, load, torch.__version__)
-    doc["targets"] = measured_goals(doc)
-    return doc
+    return _document(s, results, load, torch.__version__)
 
 
 def _resolve(kernels: Sequence[str] | None, peers: Sequence[str]
