@@ -24,7 +24,7 @@ FAKE_ROOF = {"read_bw_gbs_1t": 10.0, "read_bw_gbs_all": 20.0, "l2_read_bw_gbs": 
 
 # ---- shapes ------------------------------------------------------------------------
 
-def test_presets_cover_the_issue_and_names_round_trip():
+def test_presets_cover_the_stated_shapes_and_names_round_trip():
     names = set(bench.PRESETS)
     assert len(names) == 30  # (4 decode kv + 1 prefill) x 2 head shapes x 3 dtypes
     for must in ("decode-h32kv8d64-kv8192-f32", "decode-h16kv16d128-kv32768-i8",
@@ -204,7 +204,7 @@ def test_cli_json_to_stdout_and_cold_mode():
 
 
 def test_a_cold_rotation_spans_the_llc_for_small_shapes_too():
-    llc = 300 << 20  # the Xeon's L3: a cap of 64 sets had left kv 512 rotating in it
+    llc = 300 << 20  # the Xeon's L3: a cap of 64 sets would leave kv 512 rotating in it
     for name in ("decode-h32kv8d64-kv512-f32", "decode-h32kv8d64-kv8192-i8",
                  "decode-h32kv8d64-kv8192-f32"):
         s = bench.PRESETS[name]
@@ -221,7 +221,7 @@ def test_a_cold_rotation_spans_the_llc_for_small_shapes_too():
 @pytest.mark.parametrize("dtype", ["f32", "f16", "i8"])
 def test_every_input_set_is_its_own_memory_for_the_peers(dtype):
     """A cold rotation reads a new buffer each call, torch's and ExecuTorch's too (F32
-    sets had handed ExecuTorch the one float32 array they share)."""
+    sets share one float32 array: handed over as is, every ExecuTorch call would read it)."""
     shape = bench.parse_shape(f"decode-h8kv2d64-kv300-{dtype}")
     sets = bench.make_inputs(shape, n_sets=3)
     torch_sets = [f.__defaults__ for f in bench.torch_party(shape, sets)._fns]

@@ -72,7 +72,7 @@ def make_inputs(shape: Shape, n_sets: int = 1, seed: int = 0) -> list[Inputs]:
 def cold_sets(shape: Shape, llc_bytes: int | None, avail_bytes: int | None = None) -> int:
     """How many input copies make the rotation span COLD_FACTOR last-level caches: a
     byte budget, not a count, so that a small shape is as cold as a large one (a cap
-    of 64 sets had left kv 512 rotating through 130 MB of a 300 MiB L3), short of
+    of 64 sets would leave kv 512 rotating through 130 MB of a 300 MiB L3), short of
     that only where the free memory (avail_bytes) cannot hold it."""
     llc = llc_bytes or 32 << 20
     per = max(1, shape.bytes)

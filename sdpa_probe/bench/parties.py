@@ -180,7 +180,7 @@ def executorch_inputs(shape: Shape, s: Inputs) -> tuple:
         (q, qz, qs), (k, kz, ks), (v, vz, vs) = (parts(x) for x in (s.q, s.k, s.v))
         return q, k, v, qz, qs, kz, ks, vz, vs
     # a copy: the sets share their float32 values, and .to(float32) of them is none
-    # (every cold F32 call had read the one same buffer)
+    # (else every cold F32 call would read the one same buffer)
     dt = getattr(torch, _TORCH_DT[shape.dtype])
     return tuple(torch.from_numpy(x).to(dt, copy=True) for x in (s.q32, s.k32, s.v32))
 
