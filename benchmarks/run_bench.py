@@ -116,11 +116,12 @@ def main(argv: list[str] | None = None) -> int:
                     peers=[p for p in args.vs.split(",") if p], threads=args.threads,
                     cold=args.cold, rounds=args.rounds, min_time=args.min_time,
                     progress=lambda m: print(m, file=sys.stderr, flush=True))
+    doc["targets"] = bench.measured_goals(doc)  # the speed goals this run measured
     doc["measured_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat(
         timespec="seconds")
-    targets = bench.check_targets(doc)  # every target, the ones not measured as such
+    targets = bench.check_targets(doc)  # every goal, the ones not measured as such
     command = ("probe bench --vs " + args.vs + f" --shape {args.shape} --rounds {args.rounds}"
-               + (" --cold" if args.cold else "") + " --json PATH")
+               + (" --cold" if args.cold else "") + " --goals --json PATH")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{args.tag}-{doc['mode']}"

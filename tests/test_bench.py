@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 
 from sdpa_probe import bench, native
 from sdpa_probe.backends import executorch_library
+from sdpa_probe.bench import host, timing
+from sdpa_probe.bench.figures import roofline_figures
 from sdpa_probe.cli import app, bench_cmd
 from sdpa_probe.errors import ProbeError
 
@@ -22,7 +24,7 @@ FAKE_ROOF = {"read_bw_gbs_1t": 10.0, "read_bw_gbs_all": 20.0, "l2_read_bw_gbs": 
 
 # ---- shapes ------------------------------------------------------------------------
 
-def test_presets_cover_the_issue_and_names_round_trip():
+def test_presets_cover_the_stated_shapes_and_names_round_trip():
     names = set(bench.PRESETS)
     assert len(names) == 30  # (4 decode kv + 1 prefill) x 2 head shapes x 3 dtypes
     for must in ("decode-h32kv8d64-kv8192-f32", "decode-h16kv16d128-kv32768-i8",
@@ -88,12 +90,12 @@ def test_roofline_bound_counts_the_conversion_of_k_and_v():
     assert s.kv_elements == 2 * 8192 * 16 * 128
     t_cvt = s.kv_elements / 1e9  # at 1 G elements/s: far slower than memory or FMA
     stats = {"median_us": 2 * t_cvt * 1e6}
-    f = bench._figures(s, stats, FAKE_ROOF | {"cvt_i8_gelems_all": 1.0}, threads=2)
+    f = roofline_figures(s, stats, FAKE_ROOF | {"cvt_i8_gelems_all": 1.0}, threads=2)
     assert f["bound"] == "conversion" and f["roofline_pct"] == pytest.approx(50.0, abs=0.1)
-    f = bench._figures(s, stats, FAKE_ROOF, threads=2)  # a roofline without the rates
+    f = roofline_figures(s, stats, FAKE_ROOF, threads=2)  # a roofline without the rates
     assert f["bound"] in ("memory", "compute") and f["roofline_pct"] < 50.0
     f32 = bench.PRESETS["decode-h16kv16d128-kv8192-f32"]  # F32 converts nothing
-    f = bench._figures(f32, stats, FAKE_ROOF | {"cvt_f32_gelems_all": 1e-9}, threads=2)
+    f = roofline_figures(f32, stats, FAKE_ROOF | {"cvt_f32_gelems_all": 1e-9}, threads=2)
     assert f["bound"] == "memory"
 
 
@@ -137,7 +139,7 @@ def test_noisy_medians_are_marked_and_named_in_a_note(monkeypatch):
         st = real(seconds)
         return st | {"iqr_us": st["median_us"] / 3}
 
-    monkeypatch.setattr(bench, "summarize", spread)
+    monkeypatch.setattr(timing, "summarize", spread)
     doc = bench.run([shape], peers=("torch",), threads=1, rounds=2, min_time=0.001,
                     roofline=FAKE_ROOF)
     (r,) = doc["results"]
@@ -179,7 +181,7 @@ def test_core_limit_extrapolates_the_l2_resident_time():
 
 
 def test_json_reports_the_measured_limit_of_a_decode(monkeypatch):
-    monkeypatch.setattr(bench, "_l2_bytes_for", lambda threads: 512 << 10)
+    monkeypatch.setattr(host, "l2_bytes_for", lambda threads: 512 << 10)
     doc = bench.run([bench.parse_shape("decode-h8kv2d64-kv2048-f32")], peers=(), threads=2,
                     rounds=2, min_time=0.002, roofline=FAKE_ROOF)
     (r,) = doc["results"]
@@ -202,7 +204,7 @@ def test_cli_json_to_stdout_and_cold_mode():
 
 
 def test_a_cold_rotation_spans_the_llc_for_small_shapes_too():
-    llc = 300 << 20  # the Xeon's L3: a cap of 64 sets had left kv 512 rotating in it
+    llc = 300 << 20  # the Xeon's L3: a cap of 64 sets would leave kv 512 rotating in it
     for name in ("decode-h32kv8d64-kv512-f32", "decode-h32kv8d64-kv8192-i8",
                  "decode-h32kv8d64-kv8192-f32"):
         s = bench.PRESETS[name]
@@ -219,7 +221,7 @@ def test_a_cold_rotation_spans_the_llc_for_small_shapes_too():
 @pytest.mark.parametrize("dtype", ["f32", "f16", "i8"])
 def test_every_input_set_is_its_own_memory_for_the_peers(dtype):
     """A cold rotation reads a new buffer each call, torch's and ExecuTorch's too (F32
-    sets had handed ExecuTorch the one float32 array they share)."""
+    sets share one float32 array: handed over as is, every ExecuTorch call would read it)."""
     shape = bench.parse_shape(f"decode-h8kv2d64-kv300-{dtype}")
     sets = bench.make_inputs(shape, n_sets=3)
     torch_sets = [f.__defaults__ for f in bench.torch_party(shape, sets)._fns]
@@ -435,22 +437,28 @@ def test_cross_dtype_targets_use_the_ratio_measured_in_the_same_rounds():
     assert got["quant_int8 decode kv8192 vs flash f32 (16, 16, 128)"]["met"] is None
 
 
-def test_cli_reports_the_targets_it_measured(tmp_path):
-    """The JSON's "targets": the kernel-speed targets of the shapes this run timed,
-    printed as a last table; none (and no table) for shapes no target names."""
+def test_cli_reports_the_targets_it_measured_only_with_goals(tmp_path):
+    """With --goals, the JSON's "targets": the kernel-speed targets of the shapes this run
+    timed, printed as a last table; none (and no table) for shapes no target names.
+    Without --goals: no table, no key, no word of them."""
     out = tmp_path / "b.json"
     base = ["bench", "--vs", "torch", "--rounds", "1", "--min-time", "0", "--no-allocs",
             "--json", str(out)]
-    res = CliRunner().invoke(app, [*base, "--shape", "decode-h32kv8d64-kv512-f32"])
+    res = CliRunner().invoke(app, [*base, "--goals", "--shape", "decode-h32kv8d64-kv512-f32"])
     assert res.exit_code == 0, res.output
     (t,) = json.loads(out.read_text())["targets"]
     assert t["target"] == "flash f32 decode kv512 vs torch" and t["goal"] == 1.0
     assert t["unit"] == "x" and t["met"] == (t["value"] >= 1.0)
     assert "kernel-speed targets measured in this run (warm" in res.output
-    res = CliRunner().invoke(app, [*base, "--shape", "decode-h32kv8d64-kv1024-f32"])
+    res = CliRunner().invoke(app, [*base, "--goals", "--shape", "decode-h32kv8d64-kv1024-f32"])
     assert res.exit_code == 0, res.output
     assert json.loads(out.read_text())["targets"] == []
     assert "kernel-speed targets" not in res.output
+    res = CliRunner().invoke(app, [*base, "--shape", "decode-h32kv8d64-kv512-f32"])
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    assert "targets" not in json.loads(text) and "goal" not in text
+    assert "target" not in res.output and "goal" not in res.output
 
 
 @pytest.mark.parametrize("command", ["bench", "profile", "run", "repro"])

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-import math
-
 import typer
 from rich.table import Table
 
 from .. import bench
-from ..errors import ProbeError
 from . import command
 from .output import Output, check_writable, human_bytes
 
@@ -98,8 +94,9 @@ def _allocs_table(doc: dict) -> Table | None:
     return t
 
 
-def _targets_table(doc: dict) -> Table:
-    """The kernel-speed targets this run measured: figure, goal, met (docs/performance.md)."""
+def _goals_table(doc: dict) -> Table:
+    """The project's own kernel-speed targets this run measured: figure, goal, met
+    (docs/performance.md)."""
     t = Table(title=f"kernel-speed targets measured in this run ({doc['mode']}; goals in "
                     "docs/performance.md)", title_justify="left")
     t.add_column("target", style="bold")
@@ -112,6 +109,68 @@ def _targets_table(doc: dict) -> Table:
                   f"{g['goal']:.0%}" if pct else f"{g['goal']:g}x",
                   "yes" if g["met"] else "[red]no[/]")
     return t
+
+
+def _legend(out: Output, doc: dict) -> None:
+    """What the % columns are held against, and the core's FMA rate of the same rounds."""
+    roof = doc["roofline"]
+    if roof:
+        bw = roof["read_bw_gbs_all" if doc["threads"] > 1 else "read_bw_gbs_1t"]
+        fl = roof["fma_gflops_all" if doc["threads"] > 1 else "fma_gflops_1t"]
+        out.print(f"[dim]DRAM = GB/s over the measured DRAM read bandwidth ({bw} GB/s); "
+                  "DRAM run = over the same read benchmark timed in the same rounds; "
+                  f"roofline = time bound max(bytes / bandwidth, flops / {fl} GFLOP/s, "
+                  "F16 / BF16 / int8 K and V elements / the measured conversion rate) "
+                  "over the median (probe info). Bytes: q, k, v read once, out written "
+                  f"once. Yellow: noisy (IQR over {bench.NOISY_IQR:.0%} of the median).[/]")
+    fmas = [r["fma_gflops_same_run"] for r in doc["results"]]
+    if fmas:
+        pcts = [r["fma_pct_same_run"] for r in doc["results"]
+                if r["fma_pct_same_run"] is not None]  # (None: no roofline)
+        share = (f" ({min(pcts):.0f}-{max(pcts):.0f} % of probe info's peak)"
+                 if pcts else "")
+        out.print(f"[dim]F32 FMA timed in the same rounds: {min(fmas):.0f}-{max(fmas):.0f} "
+                  f"GFLOP/s{share}: a core-bound time moves with it.[/]")
+
+
+def _render(out: Output, doc: dict, json_path: str | None) -> None:
+    """The notes, the JSON if asked, and the tables (not when the JSON goes to stdout)."""
+    for note in doc["notes"]:
+        out.warn(note)
+    if json_path:
+        out.write_json(json_path, doc)
+    if json_path == "-":
+        return
+    if not out.out.is_terminal:  # piped into a file: do not fold the table to 80 columns
+        out.out.width = max(out.out.width, 170)
+    out.print(_table(doc))
+    _legend(out, doc)
+    at = _allocs_table(doc)
+    if at is not None:
+        out.print(at)
+    if doc.get("targets"):  # (only with --goals)
+        out.print(_goals_table(doc))
+
+
+def _exit_status(doc: dict) -> None:
+    """Exit 2 when a kernel asked for by name timed nothing, 1 when one crashed."""
+    # nothing measured for a kernel asked for by name (with no crash, each one declined)
+    if doc["untimed"] and not doc["crashed"]:
+        typer.echo(f"error: {', '.join(doc['untimed'])} took none of the shapes asked for (it "
+                   "returned SDPA_UNSUPPORTED for each; the notes say which): nothing timed",
+                   err=True)
+        raise typer.Exit(2)
+    if doc["crashed"]:  # the figures that were taken stand; the run as a whole did not pass
+        typer.echo(f"error: {len(doc['crashed'])} (shape, kernel) crashed in a trial call: "
+                   f"{', '.join(doc['crashed'][:3])}{' ...' if len(doc['crashed']) > 3 else ''}; "
+                   "probe check --kernel FILE tells why", err=True)
+        raise typer.Exit(1)
+
+
+def _list_presets(out: Output) -> None:
+    for name, s in bench.PRESETS.items():
+        groups = [g for g, f in bench.GROUPS.items() if g != "all" and f(s)]
+        out.print(f"{name}  [dim]{' '.join(groups)}[/]")
 
 
 @command("bench")
@@ -144,6 +203,10 @@ def bench_command(
     allocs: bool = typer.Option(True, "--allocs/--no-allocs",
                                 help="Also count every party's heap allocations per call "
                                      "(in a worker process with a counting malloc)."),
+    goals: bool = typer.Option(False, "--goals",
+                               help="Also show the project's own kernel-speed goals this run "
+                                    "measured (docs/performance.md): a last table, and "
+                                    "\"targets\" in the JSON."),
 ) -> None:
     """Time native kernels (ours or yours) against torch / ExecuTorch SDPA and each
     other, side by side in one run.
@@ -155,75 +218,13 @@ def bench_command(
     """
     out = Output(json_path == "-")
     if list_presets:
-        for name, s in bench.PRESETS.items():
-            groups = [g for g, f in bench.GROUPS.items() if g != "all" and f(s)]
-            out.print(f"{name}  [dim]{' '.join(groups)}[/]")
+        _list_presets(out)
         return
-    if threads < 0 or threads > 64:  # (the native thread pool's limit, SDPA_PROBE_MAX_THREADS)
-        raise ProbeError(f"--threads must be between 1 and 64 (0: all cores), got {threads}")
-    if not math.isfinite(min_time):
-        raise ProbeError(f"--min-time must be a finite number of seconds, got {min_time}")
     check_writable(json_path, "--json",
                    inputs=[s for s in _split(kernel) + _split(vs) if bench.is_kernel_file(s)])
-    dtypes = _split(dtype) or None
-    for d in dtypes or ():
-        if d not in bench.DTYPES:
-            raise ProbeError(f"unknown dtype {d!r}; known: {', '.join(bench.DTYPES)}")
-    shapes = bench.select_shapes(shape, dtypes)
-    names = _split(kernel)
-    if names and not any(bench.is_kernel_file(n) for n in names):
-        # registered kernels say which dtypes they take: a run that could time nothing is
-        # a usage error, not an empty table (a kernel file answers by its status instead)
-        ks = bench.resolve_kernels(names)
-        if not any(bench.kernels_for(s, ks) for s in shapes):
-            takes = "; ".join(
-                f"{k.name} takes " + ", ".join(d for d in bench.DTYPES if bench.takes(
-                    k, dataclasses.replace(shapes[0], dtype=d))) for k in ks)
-            asked = ", ".join(sorted({s.dtype for s in shapes}))
-            raise ProbeError(f"no shape asked for ({asked}) is one the kernels take: {takes}")
     out.warn_if_portable()
-    doc = bench.run(shapes, kernels=_split(kernel) or None, peers=_split(vs), threads=threads,
-                    cold=cold, rounds=rounds, min_time=min_time, progress=out.note,
-                    allocs=allocs)
-    for note in doc["notes"]:
-        out.warn(note)
-    if json_path:
-        out.write_json(json_path, doc)
-    if json_path != "-":
-        if not out.out.is_terminal:  # piped into a file: do not fold the table to 80 columns
-            out.out.width = max(out.out.width, 170)
-        out.print(_table(doc))
-        roof = doc["roofline"]
-        if roof:
-            bw = roof["read_bw_gbs_all" if doc["threads"] > 1 else "read_bw_gbs_1t"]
-            fl = roof["fma_gflops_all" if doc["threads"] > 1 else "fma_gflops_1t"]
-            out.print(f"[dim]DRAM = GB/s over the measured DRAM read bandwidth ({bw} GB/s); "
-                      "DRAM run = over the same read benchmark timed in the same rounds; "
-                      f"roofline = time bound max(bytes / bandwidth, flops / {fl} GFLOP/s, "
-                      "F16 / BF16 / int8 K and V elements / the measured conversion rate) "
-                      "over the median (probe info). Bytes: q, k, v read once, out written "
-                      f"once. Yellow: noisy (IQR over {bench.NOISY_IQR:.0%} of the median).[/]")
-        fmas = [r["fma_gflops_same_run"] for r in doc["results"]]
-        if fmas:
-            pcts = [r["fma_pct_same_run"] for r in doc["results"]
-                    if r["fma_pct_same_run"] is not None]  # (None: no roofline)
-            share = (f" ({min(pcts):.0f}-{max(pcts):.0f} % of probe info's peak)"
-                     if pcts else "")
-            out.print(f"[dim]F32 FMA timed in the same rounds: {min(fmas):.0f}-{max(fmas):.0f} "
-                      f"GFLOP/s{share}: a core-bound time moves with it.[/]")
-        at = _allocs_table(doc)
-        if at is not None:
-            out.print(at)
-        if doc["targets"]:
-            out.print(_targets_table(doc))
-    # nothing measured for a kernel asked for by name (with no crash, each one declined)
-    if doc["untimed"] and not doc["crashed"]:
-        typer.echo(f"error: {', '.join(doc['untimed'])} took none of the shapes asked for (it "
-                   "returned SDPA_UNSUPPORTED for each; the notes say which): nothing timed",
-                   err=True)
-        raise typer.Exit(2)
-    if doc["crashed"]:  # the figures that were taken stand; the run as a whole did not pass
-        typer.echo(f"error: {len(doc['crashed'])} (shape, kernel) crashed in a trial call: "
-                   f"{', '.join(doc['crashed'][:3])}{' ...' if len(doc['crashed']) > 3 else ''}; "
-                   "probe check --kernel FILE tells why", err=True)
-        raise typer.Exit(1)
+    doc = bench.run_bench(shape, kernels=_split(kernel), peers=_split(vs), dtypes=_split(dtype),
+                          threads=threads, cold=cold, rounds=rounds, min_time=min_time,
+                          progress=out.note, allocs=allocs, goals=goals)
+    _render(out, doc, json_path)
+    _exit_status(doc)
