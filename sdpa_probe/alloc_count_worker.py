@@ -9,8 +9,11 @@ import sys
 
 import torch
 
-from . import bench, native
+from . import native
 from .alloc_count import MARK, per_call
+from .bench.inputs import make_inputs
+from .bench.parties import make_party
+from .bench.shapes import parse_shape
 
 
 def _stats(ffi, lib) -> tuple[int, int, int, int]:
@@ -18,16 +21,6 @@ def _stats(ffi, lib) -> tuple[int, int, int, int]:
     if lib.sdpa_probe_process_alloc_stats(a, b, f, t) != 0:
         raise RuntimeError("the allocation counter is not preloaded in this process")
     return a[0], b[0], f[0], t[0]
-
-
-def _party(job: dict, shape, sets, threads: int):
-    p = job["party"]
-    if p == "torch":
-        return bench.torch_party(shape, sets)
-    if p == "executorch":
-        return bench.executorch_party(shape, sets)
-    (kernel,) = bench.resolve_kernels([p])
-    return bench.NativeParty(kernel, shape, sets, threads)
 
 
 def main() -> None:
@@ -39,13 +32,12 @@ def main() -> None:
     for job in request["jobs"]:
         if job["shape"] != shape_name:  # (jobs come shape by shape: inputs made once each)
             shape_name = job["shape"]
-            shape = bench.parse_shape(shape_name)
-            sets = bench.make_inputs(shape, 1)
+            shape = parse_shape(shape_name)
+            sets = make_inputs(shape, 1)
         try:
-            party = _party(job, shape, sets, threads)
-            # a native kernel without the timing buffer, whose bytes grow with the batch
-            run = getattr(party, "call", party.run)
-            result = per_call(run, calls, lambda: _stats(ffi, lib))
+            party = make_party(job["party"], shape, sets, threads)
+            # (call: a native kernel without the timing buffer, whose bytes grow with n)
+            result = per_call(party.call, calls, lambda: _stats(ffi, lib))
         except Exception as exc:  # a status, an unsupported shape: said, not a crash
             result = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
         sys.stdout.write(MARK + json.dumps(result) + "\n")

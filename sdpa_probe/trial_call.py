@@ -9,7 +9,7 @@ import pickle
 import subprocess
 import sys
 
-from . import bench, native
+from . import native
 from .build import load
 from .children import child_env, died_in_call
 
@@ -19,13 +19,15 @@ TRIAL_DONE = b"sdpa_probe trial call returned"
 
 def trial_child() -> None:
     """The child of trial_call: (BuildResult, shape fields, threads) pickled on stdin."""
+    # the child's own imports: bench's run loop imports this module
+    from .bench.inputs import make_inputs
+    from .bench.shapes import Shape
 
     result, shape, threads = pickle.load(sys.stdin.buffer)
     try:
-
         mod = load(result)
-        sh = bench.Shape(**shape)
-        s = bench.make_inputs(sh, 1)[0]
+        sh = Shape(**shape)
+        s = make_inputs(sh, 1)[0]
         call = native.prepare(mod.ffi, s.q, s.k, s.v, s.out, is_causal=sh.causal,
                               start_pos=sh.start_pos, n_threads=threads)
         mod.lib.sdpa_forward(call.args)

@@ -3,9 +3,10 @@ native/include/sdpa_probe.h is the C one), and the errors a backend's call raise
 
 A backend has a `name` (what reports call it), says whether it can run here and why
 not (`why_unavailable`), its `version()`, which cases it can express (`supports`,
-None or the reason it cannot), and makes a case's call (`run`, writing into an
-OutBuffer or raising Unsupported). The registry (backends/registry.py) turns a name
-the user typed into one."""
+None or the reason it cannot); it makes a case's call (`run`, writing into an
+OutBuffer or raising Unsupported) and what `probe bench` times on a shape's input
+sets (`timer`: a party.Party, or Unsupported). The registry (backends/registry.py)
+turns a name the user typed into one."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ class Backend(Protocol):
     def supports(self, case) -> str | None: ...
 
     def run(self, data, out) -> None: ...
+
+    def timer(self, shape, sets, threads: int): ...
 
 
 def describe_failure(exc: BaseException) -> str:

@@ -15,6 +15,7 @@ import torch
 from .. import native
 from ..errors import ProbeError
 from ..inputs import fenced_tensor
+from ..party import Party, PyParty
 from ..reference import bias_matrix
 from .base import Nondeterministic, Unsupported, write_bshd
 from .torch_sdpa import TORCH_DTYPES, three_kv_heads
@@ -150,9 +151,62 @@ class ExecutorchBackend:
             o = check_repeatable(call)
         write_bshd(out, o)
 
+    def timer(self, shape, sets, threads: int) -> Party:
+        """custom_sdpa (float) / custom_quantized_sdpa (int8 per token) on [B, S, H, D];
+        start_pos makes the op read keys [0, kv_len). Its own memory per input set, so
+        that a cold rotation reads what it says."""
+        why = timing_unsupported(shape)
+        if why:
+            raise Unsupported(why)
+        load_executorch()
+        start_pos = shape.kv_len - shape.q_len
+        fns = []
+        for s in sets:
+            t = _timed_inputs(shape, s)
+            if shape.dtype == "i8":
+                def call(t=t):
+                    q, k, v, qz, qs, kz, ks, vz, vs = t
+                    return torch.ops.llama.custom_quantized_sdpa(
+                        q, k, v, start_pos, None, 0.0, shape.causal, None, qz, qs, kz, ks, vz,
+                        vs, False)
+            else:
+                def call(t=t):
+                    return torch.ops.llama.custom_sdpa(*t, start_pos, None, 0.0, shape.causal,
+                                                       None)
+            fns.append(call)
+        return PyParty("executorch", fns, quiet=True)
+
     @staticmethod
     def _quantized(data, mask, is_causal, scale, start_pos):
         (q, qz, qs), (k, kz, ks), (v, vz, vs) = (quantized_parts(x) for x in
                                                  (data.q_store, data.k_store, data.v_store))
         return torch.ops.llama.custom_quantized_sdpa(
             q, k, v, start_pos, mask, 0.0, is_causal, scale, qz, qs, kz, ks, vz, vs, False)
+
+
+def timing_unsupported(shape) -> str | None:
+    """Why the ops cannot take a bench shape (they abort instead of returning an
+    error), or None."""
+    if shape.q_len > shape.kv_len:
+        return "q_len > kv_len"
+    if shape.n_heads % shape.n_kv_heads:
+        return "n_heads not a multiple of n_kv_heads"
+    if shape.dtype not in ("f32", "f16", "bf16", "i8"):
+        return f"no {shape.dtype} path"
+    return None
+
+
+def _timed_inputs(shape, s) -> tuple:
+    """One bench input set as the op's tensors: (q, k, v) for float shapes, (q, k, v,
+    qz, qs, kz, ks, vz, vs) for int8."""
+    if shape.dtype == "i8":
+        def parts(x: native.QuantTensor):
+            return (torch.from_numpy(x.data), torch.from_numpy(x.zero_point)[..., None],
+                    torch.from_numpy(x.scale)[..., None])
+
+        (q, qz, qs), (k, kz, ks), (v, vz, vs) = (parts(x) for x in (s.q, s.k, s.v))
+        return q, k, v, qz, qs, kz, ks, vz, vs
+    # a copy: the sets share their float32 values, and .to(float32) of them is none
+    # (else every cold F32 call would read the one same buffer)
+    return tuple(torch.from_numpy(x).to(TORCH_DTYPES[shape.dtype], copy=True)
+                 for x in (s.q32, s.k32, s.v32))

@@ -9,6 +9,7 @@ import numpy as np
 
 from .. import __version__, native
 from ..errors import BuildError
+from ..party import NativeParty
 from .base import Unsupported
 
 
@@ -42,6 +43,10 @@ class NativeBackend:
 
     def supports(self, case) -> str | None:
         return None  # (the kernel answers for itself: SDPA_UNSUPPORTED is the ABI's way)
+
+    def timer(self, shape, sets, threads: int) -> NativeParty:
+        """Timed in the library's C loop (a user kernel through its sdpa_forward)."""
+        return NativeParty(self.kernel, shape, sets, threads)
 
     def prepare(self, data, out):
         c = data.case

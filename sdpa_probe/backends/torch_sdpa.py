@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ..inputs import fenced_tensor, out_buffer
+from ..party import Party, PyParty
 from ..reference import bias_matrix
 from .base import Unsupported, write_bshd
 
@@ -68,6 +69,31 @@ class TorchBackend:
             o = torch.nn.functional.scaled_dot_product_attention(
                 q, k, v, attn_mask=bias, enable_gqa=c.n_heads != c.n_kv_heads, **kw)
         write_bshd(out, o.permute(0, 2, 1, 3))
+
+    def timer(self, shape, sets, threads: int) -> Party:
+        """SDPA on contiguous [B, H, L, D] tensors in the shape's dtype (float32 on the
+        dequantised values for int8), a copy per input set, as its users call it."""
+        dt = TORCH_DTYPES.get(shape.dtype, torch.float32)
+        gqa = shape.n_heads != shape.n_kv_heads
+        mask = None
+        is_causal = shape.causal
+        if shape.causal and shape.q_len != shape.kv_len:
+            # torch's is_causal is top-left aligned; ours is bottom-right
+            i = torch.arange(shape.q_len)[:, None] + shape.start_pos
+            mask = torch.arange(shape.kv_len)[None, :] <= i
+            is_causal = False
+        fns = []
+        for s in sets:
+            # (copy=True: a decode q [B, 1, H, D] permuted is contiguous already, and
+            # would otherwise be the sets' one shared array)
+            q, k, v = (torch.from_numpy(x).to(dt, copy=True).permute(0, 2, 1, 3).contiguous()
+                       for x in (s.q32, s.k32, s.v32))
+
+            def call(q=q, k=k, v=v):
+                return torch.nn.functional.scaled_dot_product_attention(
+                    q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=gqa)
+            fns.append(call)
+        return PyParty("torch", fns)
 
 
 def torch_error(data, ref: np.ndarray) -> float | None:

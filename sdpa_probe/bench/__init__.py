@@ -15,7 +15,7 @@ last-level cache are read from cache. Cold (--cold): calls rotate through
 copies of the inputs totalling at least four times the last-level cache.
 
 The rooms: shapes (names, presets, groups), inputs (input sets, cold rotation),
-kernels (which native kernels), parties (what is timed; make_party), baselines
+kernels (which native kernels), parties (make_party: the backends' timers), baselines
 (what is timed beside them in the same rounds), timing (interleaved rounds),
 figures (GB/s, roofline, core limit), runner (the run and its JSON document),
 allocs (heap allocations per call), goals (the project's own speed goals), host
@@ -28,28 +28,17 @@ from .baselines import DRAM_READ, F32_REFERENCE, FMA_PEAK, SLOW_CORE, f32_refere
 from .figures import CORE_LIMIT_SLACK, core_lengths, core_limit, ratio_columns
 from .goals import check_targets, measured_goals
 from .inputs import COLD_FACTOR, COLD_MEM_SHARE, Inputs, cold_sets, make_inputs, rotation_note
-from .kernels import PEERS, is_kernel_file, kernels_for, resolve_kernels, takes
-from .parties import (
-                      NativeParty,
-                      Party,
-                      executorch_inputs,
-                      executorch_party,
-                      executorch_unsupported,
-                      executorch_version,
-                      make_party,
-                      torch_party,
-)
+from .kernels import kernels_for, resolve_kernels, takes
+from .parties import make_party
 from .runner import SCHEMA, TRIAL_CRASH, run, run_bench
 from .shapes import DTYPES, GROUPS, PRESETS, Shape, parse_shape, select_shapes
 from .timing import NOISY_IQR, is_noisy, measure, summarize
 
 __all__ = [
     "CORE_LIMIT_SLACK", "COLD_FACTOR", "COLD_MEM_SHARE", "DRAM_READ", "DTYPES", "F32_REFERENCE",
-    "FMA_PEAK", "GROUPS", "NOISY_IQR", "PEERS", "PRESETS", "SCHEMA", "SLOW_CORE", "TRIAL_CRASH",
-    "Inputs", "NativeParty", "Party", "Shape", "check_targets", "cold_sets", "core_lengths",
-    "core_limit", "executorch_inputs", "executorch_party", "executorch_unsupported",
-    "executorch_version", "f32_reference", "is_kernel_file", "is_noisy", "kernels_for",
-    "make_inputs", "make_party", "measure", "measured_goals", "parse_shape", "ratio_columns",
-    "resolve_kernels", "rotation_note", "run", "run_bench", "select_shapes", "summarize", "takes",
-    "torch_party",
+    "FMA_PEAK", "GROUPS", "NOISY_IQR", "PRESETS", "SCHEMA", "SLOW_CORE", "TRIAL_CRASH",
+    "Inputs", "Shape", "check_targets", "cold_sets", "core_lengths", "core_limit",
+    "f32_reference", "is_noisy", "kernels_for", "make_inputs", "make_party", "measure",
+    "measured_goals", "parse_shape", "ratio_columns", "resolve_kernels", "rotation_note", "run",
+    "run_bench", "select_shapes", "summarize", "takes",
 ]

@@ -11,9 +11,11 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import TOOL, machine, native
+from ..backends import Unsupported, executorch_version, is_kernel_file, parse
 from ..caller_state import Guard
 from ..errors import ProbeError, SdpaInvalid, SdpaUnsupported
-from ..harness import trial_call
+from ..party import NativeParty, Party
+from ..trial_call import trial_call
 from . import host, timing
 from .allocs import count_allocs, thread_start_notes
 from .baselines import (
@@ -35,8 +37,8 @@ from .figures import (
 )
 from .goals import measured_goals
 from .inputs import cold_sets, make_inputs, rotation_note
-from .kernels import PEERS, check_peers, is_kernel_file, kernels_for, resolve_kernels, takes
-from .parties import NativeParty, Party, executorch_unsupported, executorch_version, make_party
+from .kernels import kernels_for, resolve_kernels, takes
+from .parties import make_party
 from .shapes import DTYPES, Shape, select_shapes
 
 SCHEMA = 1
@@ -114,7 +116,7 @@ def run_bench(shape: str, kernels: Sequence[str] = (), peers: Sequence[str] = ("
 def _check_kernels_take(kernels: Sequence[str], shapes: list[Shape]) -> None:
     """Registered kernels say which dtypes they take: a run that could time nothing is a
     usage error, not an empty table (a kernel file answers by its status instead)."""
-    if not kernels or any(is_kernel_file(k) for k in kernels):
+    if not kernels or any(is_kernel_file(k) for k in kernels):  # (a file: by its status)
         return
     ks = resolve_kernels(kernels)
     if not any(kernels_for(s, ks) for s in shapes):
@@ -175,21 +177,19 @@ def _resolve(kernels: Sequence[str] | None, peers: Sequence[str]
     """The kernels asked for, resolved (None: each dtype's default); the peers that are
     native kernels, by name; every peer's name; what a worker process loads each native
     kernel by (a user kernel's name is not its file); notes (a peer not installed)."""
-    check_peers(peers)
     kernels = list(kernels or [])
-    native_specs = [p for p in peers if p not in PEERS]
+    registered = [p for p in peers if parse(p, what="peer").kind == "registered"]
+    native_specs = [p for p in peers if p not in registered]
     resolved = resolve_kernels(kernels + native_specs)
     chosen, native_peers = resolved[:len(kernels)] or None, resolved[len(kernels):]
     spec_of = {k.name: spec for k, spec in zip(resolved, kernels + native_specs, strict=True)}
-    names = [p for p in peers if p in PEERS] + [k.name for k in native_peers]
+    names = registered + [k.name for k in native_peers]
     notes: list[str] = []
-    if "executorch" in names:
-        from ..backends import executorch_library  # deferred: backends imports torch
-
-        if executorch_library() is None:
-            notes.append("executorch is not installed (pip install --no-deps "
-                         "executorch==1.5.1): skipped")
-            names.remove("executorch")
+    for p in registered:
+        why = parse(p).why_unavailable()
+        if why:
+            notes.append(f"{why}: skipped")
+            names.remove(p)
     return chosen, {k.name: k for k in native_peers}, names, spec_of, notes
 
 
@@ -296,14 +296,18 @@ def _peer_parties(s: _Session, shape: Shape, names: list[str], sets: list, f32_s
             why = ("it is a kernel of this run" if p in names
                    else None if takes(kernel, shape) else f"no {shape.dtype} path")
         else:
-            why = executorch_unsupported(shape) if p == "executorch" else None
+            why = None
         if why:
             skips[p] = why
             continue
         # torch's float32 inputs on an int8 shape rotate through as many sets as F32 needs
-        party = make_party(kernel or p, shape,
-                           sets[:f32_sets] if p == "torch" and shape.dtype == "i8" else sets,
-                           s.threads)
+        try:
+            party = make_party(kernel or p, shape,
+                               sets[:f32_sets] if p == "torch" and shape.dtype == "i8" else sets,
+                               s.threads)
+        except Unsupported as exc:
+            skips[p] = str(exc)
+            continue
         why = _tried(s, shape, party) if kernel is not None else None
         if why:
             skips[p] = why

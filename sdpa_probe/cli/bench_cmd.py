@@ -6,6 +6,7 @@ import typer
 from rich.table import Table
 
 from .. import bench
+from ..backends import is_kernel_file
 from . import command
 from .output import Output, check_writable, human_bytes
 
@@ -221,7 +222,7 @@ def bench_command(
         _list_presets(out)
         return
     check_writable(json_path, "--json",
-                   inputs=[s for s in _split(kernel) + _split(vs) if bench.is_kernel_file(s)])
+                   inputs=[s for s in _split(kernel) + _split(vs) if is_kernel_file(s)])
     out.warn_if_portable()
     doc = bench.run_bench(shape, kernels=_split(kernel), peers=_split(vs), dtypes=_split(dtype),
                           threads=threads, cold=cold, rounds=rounds, min_time=min_time,
