@@ -48,6 +48,21 @@
 /* A task takes every kv head when a head has at most this many rows (G x q block). */
 #define FLASH_HEADS_TOGETHER_ROWS 16
 
+/* Where each region of a thread's scratch starts, in floats from its start (-1:
+ * the call has no such region), and how many floats a thread takes. The one
+ * statement of the layout: flash_scratch_bytes and flash_core size the scratch
+ * from it, flash_task and merge_task carve it (scratch_bufs). */
+typedef struct flash_scratch_layout {
+  int64_t Q, acc, m, l, S;  /* every path: [hc * R_max] rows; S: a block's scores */
+  int64_t Qp, mk;           /* x512: packed Q, the block's mask */
+  int64_t ksc, vsc, kz, vz; /* int8 K / V: a block's per-key scales and zero points */
+  int64_t qf, qs, qz;       /* integer Q.K^T: per-row terms (qz: x512 only) */
+  int64_t KT;               /* panel: K^T of a block */
+  int64_t Kf, Vf;           /* a K / V block as F32 (panel: V; generic: K and V) */
+  int64_t merge_acc, merge_l; /* the split-k merge pass, over the same scratch */
+  int64_t floats;           /* per thread: the larger of a task's and the merge's */
+} flash_scratch_layout;
+
 typedef struct {
   const sdpa_args *a;
   const flash_cfg *cfg;
@@ -64,6 +79,7 @@ typedef struct {
                              head of a key block at once, in memory order */
   char *scratch;
   int64_t scratch_stride; /* bytes per thread */
+  flash_scratch_layout layout; /* of each thread's scratch */
   float *partial;         /* split-k: [batch, kv head, query block, split][R_max][D + 2] */
   int status;
 } flash_ctx;
@@ -84,33 +100,67 @@ void flash_cfg_defaults(flash_cfg *cfg, const sdpa_probe_flash_opts *opts) {
 
 static int64_t kvb_pad(int64_t kvb) { return PAD16(kvb); }
 
-static int64_t per_thread_floats(const flash_ctx *c) {
-  int64_t R = c->R_max, D = c->D, kvb = c->kvb, kvp = kvb_pad(kvb), RH = c->hc * R;
-  int64_t n = 2 * PAD16(RH * D) + 2 * PAD16(RH);
+static int64_t take(int64_t *n, int64_t floats) {
+  const int64_t at = *n;
+  *n += floats;
+  return at;
+}
+
+/* The layout of a thread's scratch for the plan c (see flash_scratch_layout). */
+static void scratch_layout(const flash_ctx *c, flash_scratch_layout *L) {
+  const int64_t R = c->R_max, D = c->D, kvb = c->kvb, kvp = kvb_pad(kvb), RH = c->hc * R;
+  const sdpa_args *a = c->a;
+  int64_t n = 0;
+  *L = (flash_scratch_layout){.Q = -1, .acc = -1, .m = -1, .l = -1, .S = -1, .Qp = -1, .mk = -1,
+                              .ksc = -1, .vsc = -1, .kz = -1, .vz = -1, .qf = -1, .qs = -1,
+                              .qz = -1, .KT = -1, .Kf = -1, .Vf = -1};
+  L->Q = take(&n, PAD16(RH * D));
+  L->acc = take(&n, PAD16(RH * D));
+  L->m = take(&n, PAD16(RH));
+  L->l = take(&n, PAD16(RH));
   if (c->x512) {
-    n += flash_x512_scratch_floats(c->hc, R, kvb) + flash_x512_packed_q_floats(c->hc, R, D);
-    n += 16 * kvb; /* the block's mask, key-major */
-    if (c->a->k.dtype == SDPA_I8) n += 4 * kvb * c->hc; /* scales and zero points, [key][head] */
-    if (c->iqk) n += 3 * PAD16(RH); /* per row: scale * q_scale, sum(q - zq), zq */
-    return n;
-  }
-  if (c->fast) {
-    n += FC_TILE_MAX * kvp; /* scores of one tile */
-    if (c->a->kv_len > 0 && (c->a->k.dtype == SDPA_I8 || c->a->v.dtype == SDPA_I8))
-      n += 4 * kvp;     /* per-key scales and zero points of a block */
-    if (c->iqk) n += 2 * PAD16(RH); /* per row: scale * q_scale, and sum(q - zq) */
-    if (c->panel) {
-      n += PAD16(D * kvp);                                   /* K^T of a block */
-      if (c->a->v.dtype != SDPA_F32 || c->panel16) n += PAD16(c->kvb * D); /* V of a block as F32 */
+    L->S = take(&n, flash_x512_scratch_floats(c->hc, R, kvb));
+    L->Qp = take(&n, flash_x512_packed_q_floats(c->hc, R, D));
+    L->mk = take(&n, 16 * kvb); /* the block's mask, key-major */
+    if (a->k.dtype == SDPA_I8) { /* scales and zero points, [key][head] */
+      L->ksc = take(&n, kvb * c->hc);
+      L->vsc = take(&n, kvb * c->hc);
+      L->kz = take(&n, kvb * c->hc);
+      L->vz = take(&n, kvb * c->hc);
     }
-    return n;
+    if (c->iqk) { /* per row: scale * q_scale, sum(q - zq), zq */
+      L->qf = take(&n, PAD16(RH));
+      L->qs = take(&n, PAD16(RH));
+      L->qz = take(&n, PAD16(RH));
+    }
+  } else if (c->fast) {
+    L->S = take(&n, FC_TILE_MAX * kvp); /* scores of one tile */
+    if (a->kv_len > 0 && (a->k.dtype == SDPA_I8 || a->v.dtype == SDPA_I8)) {
+      L->ksc = take(&n, kvp); /* per-key scales and zero points of a block */
+      L->vsc = take(&n, kvp);
+      L->kz = take(&n, kvp);
+      L->vz = take(&n, kvp);
+    }
+    if (c->iqk) { /* per row: scale * q_scale, and sum(q - zq) */
+      L->qf = take(&n, PAD16(RH));
+      L->qs = take(&n, PAD16(RH));
+    }
+    if (c->panel) {
+      L->KT = take(&n, PAD16(D * kvp)); /* K^T of a block */
+      if (a->v.dtype != SDPA_F32 || c->panel16) L->Vf = take(&n, PAD16(kvb * D)); /* V as F32 */
+    }
+  } else {
+    L->S = take(&n, PAD16(R * kvp));
+    if (!c->cfg->alloc_per_block) {
+      if (!c->k_direct) L->Kf = take(&n, PAD16(kvb * D));
+      if (!c->v_direct) L->Vf = take(&n, PAD16(kvb * D));
+    }
   }
-  n += PAD16(R * kvp);
-  if (!c->cfg->alloc_per_block) {
-    if (!c->k_direct) n += PAD16(kvb * D);
-    if (!c->v_direct) n += PAD16(kvb * D);
-  }
-  return n;
+  /* the merge pass reuses the scratch for acc and l */
+  int64_t merge = 0;
+  L->merge_acc = take(&merge, PAD16(R * D));
+  L->merge_l = take(&merge, PAD16(R));
+  L->floats = merge > n ? merge : n;
 }
 
 static int fast_dtype(int32_t dt) {
@@ -193,12 +243,13 @@ static void setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
   /* split boundaries on kv-block multiples */
   int64_t blocks_per_split = (max_splits + ns - 1) / ns;
   c->split_len = blocks_per_split * c->kvb;
+  scratch_layout(c, &c->layout);
 }
 
 int64_t flash_scratch_bytes(const sdpa_args *a, const flash_cfg *cfg) {
   flash_ctx c;
   setup(&c, a, cfg);
-  return per_thread_floats(&c) * (int64_t)sizeof(float);
+  return c.layout.floats * (int64_t)sizeof(float);
 }
 
 /* How many of the block's nk keys from j0 on query row i (absolute index in the
@@ -828,6 +879,33 @@ typedef struct {
   int32_t *kz, *vz;  /* fast path, I8: per-key zero points of the block */
 } thread_bufs;
 
+static float *region(float *base, int64_t at) { return at < 0 ? NULL : base + at; }
+
+/* A thread's buffers in its scratch at base, as c->layout lays them out (pf: NULL). */
+static thread_bufs scratch_bufs(const flash_ctx *c, float *base) {
+  const flash_scratch_layout *L = &c->layout;
+  thread_bufs tb;
+  memset(&tb, 0, sizeof tb);
+  tb.Q = region(base, L->Q);
+  tb.acc = region(base, L->acc);
+  tb.m = region(base, L->m);
+  tb.l = region(base, L->l);
+  tb.S = region(base, L->S);
+  tb.Qp = region(base, L->Qp);
+  tb.mk = region(base, L->mk);
+  tb.ksc = region(base, L->ksc);
+  tb.vsc = region(base, L->vsc);
+  tb.kz = (int32_t *)region(base, L->kz);
+  tb.vz = (int32_t *)region(base, L->vz);
+  tb.qf = region(base, L->qf);
+  tb.qs = region(base, L->qs);
+  tb.qz = region(base, L->qz);
+  tb.KT = region(base, L->KT);
+  tb.Kf = region(base, L->Kf);
+  tb.Vf = region(base, L->Vf);
+  return tb;
+}
+
 /* ---- the fast path: one key block for every row of the task ------------- */
 
 /* exp(x) for the softmax (x = score - running max <= 0, -inf or NaN): the
@@ -1303,16 +1381,9 @@ static void flash_task(void *vctx, int64_t t, int thread) {
   int64_t nh = a->n_kv_heads - hk0 < c->hc ? a->n_kv_heads - hk0 : c->hc;
   int64_t q0 = qbi * c->qb;
   int64_t qbr = a->q_len - q0 < c->qb ? a->q_len - q0 : c->qb;
-  const int64_t kvp = kvb_pad(c->kvb), RH = c->hc * c->R_max;
 
   float *base = (float *)(c->scratch + (int64_t)thread * c->scratch_stride);
-  thread_bufs tb;
-  memset(&tb, 0, sizeof tb);
-  tb.Q = base;
-  tb.acc = tb.Q + PAD16(RH * D);
-  tb.m = tb.acc + PAD16(RH * D);
-  tb.l = tb.m + PAD16(RH);
-  tb.S = tb.l + PAD16(RH);
+  thread_bufs tb = scratch_bufs(c, base);
   fc_prefetch pf;
   if (c->fast && !c->x512 && a->kv_len > 0) { /* (x512 reads in memory order itself) */
     const int64_t ki = sdpa_isz(a->k.dtype), vi = sdpa_isz(a->v.dtype);
@@ -1338,51 +1409,6 @@ static void flash_task(void *vctx, int64_t t, int thread) {
     pf.memo_ks = pf.memo_steps = 0;
     fc_prefetch_aim(&pf, 0, 0);
     tb.pf = &pf;
-  }
-  if (c->x512) {
-    float *next = tb.S + flash_x512_scratch_floats(c->hc, c->R_max, c->kvb);
-    tb.Qp = next;
-    next += flash_x512_packed_q_floats(c->hc, c->R_max, D);
-    tb.mk = next;
-    next += 16 * c->kvb;
-    if (a->k.dtype == SDPA_I8) {
-      tb.ksc = next;
-      tb.vsc = next + c->kvb * c->hc;
-      tb.kz = (int32_t *)(next + 2 * c->kvb * c->hc);
-      tb.vz = (int32_t *)(next + 3 * c->kvb * c->hc);
-      next += 4 * c->kvb * c->hc;
-    }
-    if (c->iqk) {
-      tb.qf = next;
-      tb.qs = next + PAD16(c->hc * c->R_max);
-      tb.qz = next + 2 * PAD16(c->hc * c->R_max);
-    }
-  } else if (c->fast) {
-    float *next = tb.S + FC_TILE_MAX * kvp;
-    if (a->kv_len > 0 && (a->k.dtype == SDPA_I8 || a->v.dtype == SDPA_I8)) {
-      tb.ksc = next;
-      tb.vsc = next + kvp;
-      tb.kz = (int32_t *)(next + 2 * kvp);
-      tb.vz = (int32_t *)(next + 3 * kvp);
-      next += 4 * kvp;
-    }
-    if (c->iqk) {
-      tb.qf = next;
-      next += PAD16(c->hc * c->R_max);
-      tb.qs = next;
-      next += PAD16(c->hc * c->R_max);
-    }
-    if (c->panel) {
-      tb.KT = next;
-      next += PAD16(D * kvp);
-      if (a->v.dtype != SDPA_F32 || c->panel16) tb.Vf = next;
-    }
-  } else {
-    float *next = tb.S + PAD16(c->R_max * kvp);
-    if (!c->cfg->alloc_per_block) {
-      if (!c->k_direct) { tb.Kf = next; next += PAD16(c->kvb * D); }
-      if (!c->v_direct) { tb.Vf = next; }
-    }
   }
 
   for (int64_t h = 0; h < nh; h++) {
@@ -1466,8 +1492,8 @@ static void merge_task(void *vctx, int64_t t, int thread) {
   float *base = (float *)(c->scratch + (int64_t)thread * c->scratch_stride);
   thread_bufs tb;
   memset(&tb, 0, sizeof tb);
-  tb.acc = base;
-  tb.l = base + PAD16(c->R_max * D);
+  tb.acc = base + c->layout.merge_acc;
+  tb.l = base + c->layout.merge_l;
   for (int64_t r = 0; r < c->G * qbr; r++) {
     float M = -INFINITY;
     int nan_seen = 0;
@@ -1497,10 +1523,7 @@ int flash_core(const sdpa_args *a, const flash_cfg *cfg) {
   memset(&c, 0, sizeof c);
   setup(&c, a, cfg);
   int nt = sdpa_threads(a);
-  c.scratch_stride = per_thread_floats(&c) * (int64_t)sizeof(float);
-  /* the merge pass reuses the scratch for acc and l */
-  int64_t merge_bytes = (PAD16(c.R_max * c.D) + PAD16(c.R_max)) * (int64_t)sizeof(float);
-  if (merge_bytes > c.scratch_stride) c.scratch_stride = merge_bytes;
+  c.scratch_stride = c.layout.floats * (int64_t)sizeof(float);
   c.scratch = (char *)sdpa_probe_malloc(c.scratch_stride * nt);
   if (!c.scratch) return SDPA_UNSUPPORTED;
   int64_t base_tasks = a->batch * c.n_hchunks * c.n_qblocks;
