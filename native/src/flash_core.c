@@ -35,12 +35,9 @@
 #include <stdlib.h>
 
 #include "flash_core.h"
+#include "flash_prefetch.h"
+#include "flash_vec.h"
 #include "flash_x512.h"
-
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#include <immintrin.h>
-#define FC_X86 1
-#endif
 
 #define PAD16(n) (((n) + 15) & ~(int64_t)15)
 #define FC_TILE 4 /* rows per register tile */
@@ -260,206 +257,6 @@ SDPA_INLINE int64_t fc_visible_keys(const sdpa_args *a, int64_t i, int64_t j0, i
   return l < 0 ? 0 : l;
 }
 
-/* ---- vector helpers of the fast path ------------------------------------ */
-
-SDPA_INLINE v8f fc_fma(v8f a, v8f b, v8f c) { /* a * b + c */
-#ifdef FC_X86
-  return (v8f)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
-#else
-  return a * b + c;
-#endif
-}
-
-SDPA_INLINE v8f fc_max(v8f a, v8f b) {
-#ifdef FC_X86
-  return (v8f)_mm256_max_ps((__m256)a, (__m256)b);
-#else
-  return v8f_select((v8i)(a > b), a, b);
-#endif
-}
-
-#ifndef FC_X86
-/* Lane i of the result is the sum of the lanes of a[i]. */
-SDPA_INLINE v8f fc_hsum8(const v8f *a) {
-  v8f r;
-  for (int i = 0; i < 8; i++) r[i] = v8f_hsum(a[i]);
-  return r;
-}
-#endif
-
-SDPA_INLINE v8i fc_set1i(int32_t x) { return (v8i){x, x, x, x, x, x, x, x}; }
-
-/* y[0:n] *= alpha (the same rounding as sdpa_scal, vectorised). */
-SDPA_INLINE void fc_scal(float *y, float alpha, int64_t n) {
-  v8f va = v8f_set1(alpha);
-  int64_t d = 0;
-  for (; d + 8 <= n; d += 8) v8f_store(y + d, v8f_load(y + d) * va);
-  for (; d < n; d++) y[d] *= alpha;
-}
-
-#ifdef FC_X86
-/* The 8 reduced scores (lo: lanes 0-3, hi: 4-7) to their rows: lane r * (8 / NR) + k
- * is row r's score of key j + k. */
-SDPA_INLINE void fc_store_lanes(const int NR, __m128 lo, __m128 hi, float *S, int64_t sst,
-                                int64_t j) {
-  if (NR == 1) {
-    _mm_storeu_ps(S + j, lo);
-    _mm_storeu_ps(S + j + 4, hi);
-  } else if (NR == 2) {
-    _mm_storeu_ps(S + j, lo);
-    _mm_storeu_ps(S + sst + j, hi);
-  } else {
-    _mm_storel_pi((__m64 *)(S + j), lo);
-    _mm_storeh_pi((__m64 *)(S + sst + j), lo);
-    _mm_storel_pi((__m64 *)(S + 2 * sst + j), hi);
-    _mm_storeh_pi((__m64 *)(S + 3 * sst + j), hi);
-  }
-}
-#endif
-
-/* Lane r * (8 / NR) + k of the reduced acc[] is row r's score of key j + k. */
-SDPA_INLINE void fc_store_scores(const int NR, const v8f *acc, float *S, int64_t sst, int64_t j) {
-#ifdef FC_X86
-  /* two hadd levels, then 128-bit halves (vperm2f128 is slow on Zen) */
-  __m256 t0 = _mm256_hadd_ps((__m256)acc[0], (__m256)acc[1]);
-  __m256 t1 = _mm256_hadd_ps((__m256)acc[2], (__m256)acc[3]);
-  __m256 t2 = _mm256_hadd_ps((__m256)acc[4], (__m256)acc[5]);
-  __m256 t3 = _mm256_hadd_ps((__m256)acc[6], (__m256)acc[7]);
-  __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(u0), _mm256_extractf128_ps(u0, 1));
-  __m128 hi = _mm_add_ps(_mm256_castps256_ps128(u1), _mm256_extractf128_ps(u1, 1));
-  fc_store_lanes(NR, lo, hi, S, sst, j);
-#else
-  v8f s = fc_hsum8(acc);
-  const int KS = 8 / NR;
-  for (int r = 0; r < NR; r++)
-    for (int k = 0; k < KS; k++) S[r * sst + j + k] = s[r * KS + k];
-#endif
-}
-
-/* Software prefetch of the next key block. K / V rows are head_dim elements
- * spaced a whole position (every kv head) apart: read one head at a time that
- * is a strided walk the hardware prefetchers do not follow, and it reopens each
- * DRAM page once per head. So while a block is processed, the next block's rows
- * are prefetched in memory order (position-major, all heads of the task): a
- * cursor that advances one row per key processed, K and V. */
-#define FC_PF_HINT 2 /* to L2 and below (prefetcht1): measured ~3% ahead of prefetcht0 */
-typedef struct {
-  int linear;                     /* rows of a position are dense: walk bytes */
-  const char *kc, *kend, *vc, *vend; /* linear: cursors over the next block */
-  const char *k, *v;              /* per row: K / V element (b, 0, hk0, 0) */
-  int64_t ks1, ks2, vs1, vs2;     /* position and head strides, bytes */
-  int64_t kbytes, vbytes;         /* bytes of one K / V row */
-  int64_t klines, vlines;         /* 64-byte lines of one K / V row (rounded up) */
-  int64_t nh;                     /* kv heads of the task */
-  int64_t j, h, j_end;            /* per row: next row (position j, head h); none at j_end */
-  int spread_f32;                 /* F32 8-key passes spread their share too (fc_pf_pass) */
-  int64_t memo_ks, memo_steps;    /* the spread counts below are for passes of this shape */
-  int64_t memo_kn, memo_vn, memo_kper, memo_vper;
-} fc_prefetch;
-
-/* n lines from p on (64-byte lines). */
-SDPA_INLINE void fc_prefetch_n(const char *p, int64_t n) {
-#pragma GCC unroll 4
-  for (int64_t i = 0; i < n; i++) __builtin_prefetch(p + 64 * i, 0, FC_PF_HINT);
-}
-
-/* The next block's share for KS keys of this pass: KS K rows and KS V rows. */
-SDPA_INLINE void fc_prefetch_step(fc_prefetch *pf, const int KS) {
-  if (pf->linear) {
-    const int64_t kb = KS * pf->kbytes, vb = KS * pf->vbytes;
-    if (pf->kc + kb > pf->kend || pf->vc + vb > pf->vend) return; /* tail: left to the hardware */
-    /* K and V interleaved (measurably better than one after the other), line by line
-     * over the pass's contiguous bytes: one short loop, not one per row */
-    const char *k = pf->kc, *v = pf->vc;
-    if (kb == vb) {
-      for (int64_t o = 0; o < kb; o += 64) {
-        __builtin_prefetch(k + o, 0, FC_PF_HINT);
-        __builtin_prefetch(v + o, 0, FC_PF_HINT);
-      }
-    } else {
-      for (int64_t o = 0; o < kb || o < vb; o += 64) {
-        if (o < kb) __builtin_prefetch(k + o, 0, FC_PF_HINT);
-        if (o < vb) __builtin_prefetch(v + o, 0, FC_PF_HINT);
-      }
-    }
-    pf->kc += kb;
-    pf->vc += vb;
-    return;
-  }
-  for (int k = 0; k < KS && pf->j < pf->j_end; k++) {
-    fc_prefetch_n(pf->k + pf->j * pf->ks1 + pf->h * pf->ks2, pf->klines);
-    fc_prefetch_n(pf->v + pf->j * pf->vs1 + pf->h * pf->vs2, pf->vlines);
-    if (++pf->h == pf->nh) {
-      pf->h = 0;
-      pf->j++;
-    }
-  }
-}
-
-/* A pass's share of the linear prefetch, issued a few lines per inner-loop step
- * rather than in one burst at the start of the pass. Measured (Zen 1, 2 threads,
- * interleaved A/B, 3 runs): 12-19 % faster for F16 decode with one query row per
- * kv head (long 8-key passes of slow conversions), 3-7 % slower for F32 and for 2-key
- * passes, whose bursts are better issued early; so only 8-key passes over a
- * converted K dtype spread (int8 was neutral within the noise). On the Intel Xeon
- * (an -march=x86-64-v3 build) a burst stalls on the line fill buffers as the
- * AVX-512 block's did: spreading the F32 8-key passes too made F32 MHA decode
- * ((16, 16, 128), one row per kv head) 1.065x faster at kv 2048 and 32768 and 1.11x
- * at kv 8192, the rest within 2.5 %; 2-key passes spread were 4-10 % slower there
- * too. So F32 spreads on Intel cores (spread_f32), not on AMD ones. */
-typedef struct {
-  const char *k, *v;  /* next K / V line */
-  int64_t kn, vn;     /* lines left */
-  int64_t kper, vper; /* lines per step */
-} fc_pf_pass;
-
-/* Take the next block's share for KS keys (as fc_prefetch_step) to spread over
- * `steps` steps; with one step, or for the strided (non-linear) walk, it is issued
- * at once by fc_prefetch_step. */
-SDPA_INLINE fc_pf_pass fc_prefetch_take(fc_prefetch *pf, const int KS, int64_t steps) {
-  fc_pf_pass pp = {NULL, NULL, 0, 0, 0, 0};
-  if (pf == NULL) return pp;
-  if (!pf->linear || steps <= 1) {
-    fc_prefetch_step(pf, KS);
-    return pp;
-  }
-  const int64_t kb = KS * pf->kbytes, vb = KS * pf->vbytes;
-  if (pf->kc + kb > pf->kend || pf->vc + vb > pf->vend) return pp; /* tail: the hardware's */
-  /* every pass of a call has the same counts: two 64-bit divisions per pass had
-   * cost more than the pass's prefetches (Zen 1: ~40 cycles each) */
-  if (pf->memo_ks != KS || pf->memo_steps != steps) {
-    pf->memo_ks = KS;
-    pf->memo_steps = steps;
-    pf->memo_kn = (kb + 63) / 64;
-    pf->memo_vn = (vb + 63) / 64;
-    pf->memo_kper = (pf->memo_kn + steps - 1) / steps;
-    pf->memo_vper = (pf->memo_vn + steps - 1) / steps;
-  }
-  pp.k = pf->kc;
-  pp.v = pf->vc;
-  pp.kn = pf->memo_kn;
-  pp.vn = pf->memo_vn;
-  pp.kper = pf->memo_kper;
-  pp.vper = pf->memo_vper;
-  pf->kc += kb;
-  pf->vc += vb;
-  return pp;
-}
-
-/* One step's lines of a pass (everything left when kper / vper cover it). */
-SDPA_INLINE void fc_prefetch_some(fc_pf_pass *pp, int64_t kper, int64_t vper) {
-  /* the counts first, then plain loops: a bound test per line had kept the two
-   * cursors, two counts and the bounds live across the scores loop (spills there) */
-  const int64_t kc = pp->kn < kper ? pp->kn : kper, vc = pp->vn < vper ? pp->vn : vper;
-  for (int64_t i = 0; i < kc; i++) __builtin_prefetch(pp->k + 64 * i, 0, FC_PF_HINT);
-  for (int64_t i = 0; i < vc; i++) __builtin_prefetch(pp->v + 64 * i, 0, FC_PF_HINT);
-  pp->k += 64 * kc;
-  pp->kn -= kc;
-  pp->v += 64 * vc;
-  pp->vn -= vc;
-}
-
 #ifdef FC_X86
 /* An Intel core (the prefetch spreading's trade-off is the CPU's; see fc_pf_pass). */
 static int fc_intel(void) {
@@ -534,34 +331,6 @@ SDPA_INLINE void fc_scores(const int NR, const int DT, const float *SDPA_RESTRIC
 }
 
 #ifdef FC_X86
-/* fc_store_scores for int32 sums: reduced in integers (exact), then one
- * conversion per 4 scores instead of one per 8-lane accumulator (a conversion
- * costs ~3 cycles on Zen-class cores, an integer add one). */
-SDPA_INLINE void fc_store_scores_i32(const int NR, const __m256i *acc, float *S, int64_t sst,
-                                     int64_t j) {
-  __m256i t0 = _mm256_hadd_epi32(acc[0], acc[1]), t1 = _mm256_hadd_epi32(acc[2], acc[3]);
-  __m256i t2 = _mm256_hadd_epi32(acc[4], acc[5]), t3 = _mm256_hadd_epi32(acc[6], acc[7]);
-  __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
-  __m128 lo = _mm_cvtepi32_ps(
-      _mm_add_epi32(_mm256_castsi256_si128(u0), _mm256_extracti128_si256(u0, 1)));
-  __m128 hi = _mm_cvtepi32_ps(
-      _mm_add_epi32(_mm256_castsi256_si128(u1), _mm256_extracti128_si256(u1, 1)));
-  fc_store_lanes(NR, lo, hi, S, sst, j);
-}
-
-/* acc + the pairwise 16-bit products of a and b: one AVX-VNNI instruction
- * where the CPU has it (Intel client cores from Alder Lake on have it without
- * AVX-512), else a multiply-add and an add */
-SDPA_INLINE __m256i fc_dpwssd(__m256i acc, __m256i a, __m256i b) {
-#if defined(__AVXVNNI__)
-  return _mm256_dpwssd_avx_epi32(acc, a, b);
-#elif defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpwssd_epi32(acc, a, b);
-#else
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(a, b));
-#endif
-}
-
 /* The scores of int8 Q against int8 K before the K zero point: (q - zq) . k in
  * int32 through 16-bit multiply-adds (|q - zq| <= 255, |k| <= 128: products and
  * pair sums fit), converted to float (exact: below 2^24 for head_dim <= 256).
@@ -726,37 +495,6 @@ FC_INST_PANEL(4)
 static const fc_panel_fn k_scores_panel[5] = {NULL, scores_panel_1, scores_panel_2, NULL,
                                               scores_panel_4};
 
-/* 8 x 8 transpose: out[i][k] = in[k][i]. */
-SDPA_INLINE void fc_transpose8(v8f *r) {
-#ifdef FC_X86
-  __m256 t0 = _mm256_unpacklo_ps((__m256)r[0], (__m256)r[1]);
-  __m256 t1 = _mm256_unpackhi_ps((__m256)r[0], (__m256)r[1]);
-  __m256 t2 = _mm256_unpacklo_ps((__m256)r[2], (__m256)r[3]);
-  __m256 t3 = _mm256_unpackhi_ps((__m256)r[2], (__m256)r[3]);
-  __m256 t4 = _mm256_unpacklo_ps((__m256)r[4], (__m256)r[5]);
-  __m256 t5 = _mm256_unpackhi_ps((__m256)r[4], (__m256)r[5]);
-  __m256 t6 = _mm256_unpacklo_ps((__m256)r[6], (__m256)r[7]);
-  __m256 t7 = _mm256_unpackhi_ps((__m256)r[6], (__m256)r[7]);
-  __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-  __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-  __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-  __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  r[0] = (v8f)_mm256_permute2f128_ps(u0, u4, 0x20);
-  r[1] = (v8f)_mm256_permute2f128_ps(u1, u5, 0x20);
-  r[2] = (v8f)_mm256_permute2f128_ps(u2, u6, 0x20);
-  r[3] = (v8f)_mm256_permute2f128_ps(u3, u7, 0x20);
-  r[4] = (v8f)_mm256_permute2f128_ps(u0, u4, 0x31);
-  r[5] = (v8f)_mm256_permute2f128_ps(u1, u5, 0x31);
-  r[6] = (v8f)_mm256_permute2f128_ps(u2, u6, 0x31);
-  r[7] = (v8f)_mm256_permute2f128_ps(u3, u7, 0x31);
-#else
-  v8f t[8];
-  for (int i = 0; i < 8; i++)
-    for (int k = 0; k < 8; k++) t[i][k] = r[k][i];
-  for (int i = 0; i < 8; i++) r[i] = t[i];
-#endif
-}
-
 /* KT[d][j] = real K value of key j, dim d, for keys [0, nk); zero for keys
  * [nk, nk rounded up to 16). int8: (k - zk) * k_scale. Also prefetches. */
 SDPA_INLINE void fc_pack_kt(const int DT, const char *K, int64_t ks, const int32_t *kz,
@@ -907,63 +645,6 @@ static thread_bufs scratch_bufs(const flash_ctx *c, float *base) {
 }
 
 /* ---- the fast path: one key block for every row of the task ------------- */
-
-/* exp(x) for the softmax (x = score - running max <= 0, -inf or NaN): the
- * range reduction and polynomial of common.h's v8f_exp, with FMAs and a
- * rounding instruction. exp(x < -87.34) = 0, exp(-inf) = 0, NaN propagates. */
-SDPA_INLINE v8f fc_exp(v8f x) {
-#ifdef FC_X86
-  const __m256 lo = _mm256_set1_ps(SDPA_EXP_LO), hi = _mm256_set1_ps(SDPA_EXP_HI);
-  __m256 X = (__m256)x;
-  __m256 keep = _mm256_cmp_ps(X, lo, _CMP_NLT_UQ); /* x >= lo, or NaN */
-  __m256 xc = _mm256_min_ps(hi, _mm256_max_ps(lo, X)); /* NaN passes through (src2) */
-  __m256 fx = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(SDPA_EXP_LOG2E)),
-                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(SDPA_EXP_LN2_HI), xc);
-  r = _mm256_fnmadd_ps(fx, _mm256_set1_ps(SDPA_EXP_LN2_LO), r);
-  __m256 p;
-  SDPA_EXP_POLY(_mm256_fmadd_ps, _mm256_set1_ps, r, p);
-  p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  __m256i n = _mm256_cvtps_epi32(fx);
-  __m256 pow2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23));
-  return (v8f)_mm256_and_ps(_mm256_mul_ps(p, pow2), keep);
-#else
-  return v8f_exp(x);
-#endif
-}
-
-SDPA_INLINE float fc_hmax(v8f v) {
-#ifdef FC_X86
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128((__m256)v), _mm256_extractf128_ps((__m256)v, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  return _mm_cvtss_f32(m4);
-#else
-  return v8f_hmax(v);
-#endif
-}
-
-SDPA_INLINE float fc_hsum(v8f v) {
-#ifdef FC_X86
-  __m128 s4 = _mm_add_ps(_mm256_castps256_ps128((__m256)v), _mm256_extractf128_ps((__m256)v, 1));
-  s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
-  return _mm_cvtss_f32(s4);
-#else
-  return v8f_hsum(v);
-#endif
-}
-
-SDPA_INLINE int fc_any(v8i m) {
-#ifdef FC_X86
-  return _mm256_movemask_ps((__m256)m) != 0;
-#else
-  int any = 0;
-  for (int i = 0; i < 8; i++) any |= m[i] != 0;
-  return any;
-#endif
-}
-
 /* Online-softmax update of the NR rows of a tile from their block scores
  * S[r][0, n8) (keys a row must not see already -inf). Leaves P in S and the
  * factor each row's accumulator must be rescaled by in alpha[r]. The rows'
