@@ -3,8 +3,8 @@
  *
  * Why a preload: our own kernels allocate through sdpa_probe_malloc, which
  * counts, but a user's kernel, torch and ExecuTorch call malloc / new directly.
- * Seed 000 (ExecuTorch's quantized SDPA allocating a dequantisation buffer per
- * block) is a cost that timings on a noisy machine blur and a count does not.
+ * ExecuTorch PR 15610's quantized SDPA, allocating a dequantisation buffer per
+ * block, has a cost that timings on a noisy machine blur and a count does not.
  *
  * Every allocation entry point of the C library is defined here and forwards to
  * glibc's own (__libc_*), so the whole process allocates through one counted

@@ -19,7 +19,7 @@ typedef struct flash_cfg {
   int32_t q_block_auto;    /* q_block not asked for: FLASH_PANEL_ROWS where that applies */
   int64_t kv_block;        /* 0: chosen from the shape (see below) */
   int32_t n_splits;        /* <= 0: choose */
-  int32_t alloc_per_block; /* dequant buffers malloc'd per key block (seed 000's pattern) */
+  int32_t alloc_per_block; /* dequant buffers malloc'd per key block (ExecuTorch PR 15610) */
   const flash_mask_plan *plan;
 } flash_cfg;
 

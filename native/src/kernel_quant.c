@@ -6,8 +6,8 @@
  * the scores and folded into P; with int8 Q, Q.K^T is exact integer
  * arithmetic), and only the per-key scales of a block go through the per-thread
  * scratch allocated once per call (prefill: the block's dequantised K^T and V).
- * quant_int8_alloc allocates a dequant buffer per key block (seed 000's
- * overhead, kept measurable). */
+ * quant_int8_alloc allocates a dequant buffer per key block (the overhead of
+ * ExecuTorch PR 15610's quantized SDPA, kept measurable). */
 #include "flash_core.h"
 
 static int quant_forward(const sdpa_args *a, int alloc_per_block) {

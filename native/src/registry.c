@@ -36,7 +36,8 @@ static const entry k_registry[] = {
     {{"quant_int8", "int8 per-token K/V dequantised in registers; exact integer Q.K^T for int8 Q",
       FLOATS | DT(SDPA_I8), FLASHF | SDPA_FEAT_PER_TOKEN_I8},
      sdpa_probe_quant_int8_forward, sdpa_probe_quant_int8_scratch},
-    {{"quant_int8_alloc", "quant_int8 allocating its dequant buffers per key block (seed 000)",
+    {{"quant_int8_alloc",
+      "quant_int8 allocating its dequant buffers per key block (ExecuTorch PR 15610's pattern)",
       FLOATS | DT(SDPA_I8), FLASHF | SDPA_FEAT_PER_TOKEN_I8 | SDPA_FEAT_ALLOC_PER_BLOCK},
      sdpa_probe_quant_int8_alloc_forward, sdpa_probe_quant_int8_alloc_scratch},
 };

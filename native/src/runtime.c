@@ -82,7 +82,8 @@ int64_t sdpa_probe_program_break(void) {
 int64_t sdpa_probe_align_up(int64_t x, int64_t a) {
   if (a <= 0 || (a & (a - 1)) != 0 || x < 0) return -1;
   if (x > INT64_MAX - (a - 1)) return -1;
-  /* ~(a - 1) == -a for a power of two; -(a - 1) would keep bit 0 (seed 000). */
+  /* ~(a - 1) == -a for a power of two; -(a - 1) would keep bit 0 (ExecuTorch PR 15610's
+   * align_up). */
   return (x + a - 1) & ~(a - 1);
 }
 
