@@ -12,11 +12,13 @@ from conftest import needs_cxx
 from typer.testing import CliRunner
 
 from sdpa_probe import bench, native
-from sdpa_probe.backends import executorch_library
+from sdpa_probe.backends import executorch_library, is_kernel_file
+from sdpa_probe.backends.executorch import _timed_inputs
 from sdpa_probe.bench import host, timing
 from sdpa_probe.bench.figures import roofline_figures
 from sdpa_probe.cli import app, bench_cmd
 from sdpa_probe.errors import ProbeError
+from sdpa_probe.party import NativeParty
 
 FAKE_ROOF = {"read_bw_gbs_1t": 10.0, "read_bw_gbs_all": 20.0, "l2_read_bw_gbs": 50.0,
              "fma_gflops_1t": 40.0, "fma_gflops_all": 80.0, "measured_at": "test"}
@@ -77,7 +79,7 @@ def test_bench_measures_the_real_computation():
     """The buffers the C timing loop runs on hold a correct result."""
     shape = bench.parse_shape("decode-h8kv2d64-kv300-f32")
     sets = bench.make_inputs(shape, n_sets=3)
-    party = bench.NativeParty(native.get_kernel("flash"), shape, sets, threads=2)
+    party = NativeParty(native.get_kernel("flash"), shape, sets, threads=2)
     assert len(party.run(7)) == 7  # rotates through the three sets
     for s in sets:
         q, k, v = (torch.from_numpy(x).permute(0, 2, 1, 3) for x in (s.q32, s.k32, s.v32))
@@ -224,8 +226,8 @@ def test_every_input_set_is_its_own_memory_for_the_peers(dtype):
     sets share one float32 array: handed over as is, every ExecuTorch call would read it)."""
     shape = bench.parse_shape(f"decode-h8kv2d64-kv300-{dtype}")
     sets = bench.make_inputs(shape, n_sets=3)
-    torch_sets = [f.__defaults__ for f in bench.torch_party(shape, sets)._fns]
-    et_sets = [bench.executorch_inputs(shape, s) for s in sets]  # (kept alive while compared)
+    torch_sets = [f.__defaults__ for f in bench.make_party("torch", shape, sets, 1)._fns]
+    et_sets = [_timed_inputs(shape, s) for s in sets]  # (kept alive while compared)
     for tensors in (torch_sets, et_sets):
         ptrs = [t.data_ptr() for qkv in tensors for t in qkv[:3]]
         assert len(set(ptrs)) == len(ptrs) == 9
@@ -251,7 +253,7 @@ def test_a_user_kernel_is_timed_against_flash_in_the_same_rounds():
     doc = bench.run([shape], kernels=[str(EXAMPLE_KERNEL)], peers=["flash"], threads=2,
                     rounds=2, min_time=0.002, roofline=FAKE_ROOF)
     (r,) = doc["results"]
-    assert r["kernel"] == "user:minimal_sdpa.c" and doc["peers"] == ["flash"]
+    assert r["kernel"] == "minimal_sdpa.c" and doc["peers"] == ["flash"]
     assert r["ratio"]["flash"] == pytest.approx(  # (ratios are rounded to 3 decimals)
         r["peers"]["flash"]["median_us"] / r["median_us"], rel=1e-2, abs=1e-3)
 
@@ -274,7 +276,7 @@ def test_a_kernel_that_leaves_its_caller_changed_is_put_back_and_said(tmp_path):
                     peers=["flash"], threads=1, rounds=2, min_time=0.002, roofline=FAKE_ROOF)
     assert native.fp_control() == fp and caller_state.changes(before, caller_state.read()) == []
     (note,) = [n for n in doc["notes"] if "left its caller changed" in n]
-    assert note.startswith("user:ftz.c left its caller changed (")
+    assert note.startswith("ftz.c left its caller changed (")
     assert "SDPA_PROBE_BENCH_LEFT set to '1'" in note and "flush-to-zero on" in note
 
 
@@ -284,13 +286,13 @@ def test_a_cxx_kernel_against_its_c_twin():
     from conftest import EXAMPLE_KERNEL
 
     cxx = str(EXAMPLE_KERNEL.with_name("minimal_sdpa.cpp"))
-    assert bench.is_kernel_file("k.cpp") and bench.is_kernel_file("k.cc")
+    assert is_kernel_file("k.cpp") and is_kernel_file("k.cc")
     doc = bench.run([bench.parse_shape("decode-h4kv2d64-kv128-f32")], kernels=[cxx],
                     peers=[str(EXAMPLE_KERNEL)], threads=1, rounds=2, min_time=0.002,
                     roofline=FAKE_ROOF)
     (r,) = doc["results"]
-    assert r["kernel"] == "user:minimal_sdpa.cpp"
-    assert list(r["ratio"]) == ["user:minimal_sdpa.c"] and r["ratio"]["user:minimal_sdpa.c"] > 0
+    assert r["kernel"] == "minimal_sdpa.cpp"
+    assert list(r["ratio"]) == ["minimal_sdpa.c"] and r["ratio"]["minimal_sdpa.c"] > 0
 
 
 def test_two_versions_of_a_kernel_file_are_told_apart(tmp_path):
@@ -303,7 +305,7 @@ def test_two_versions_of_a_kernel_file_are_told_apart(tmp_path):
     doc = bench.run([bench.parse_shape("decode-h4kv2d64-kv128-f32")], kernels=[new],
                     peers=[old], threads=1, rounds=2, min_time=0.002, roofline=FAKE_ROOF)
     (r,) = doc["results"]
-    assert r["kernel"] == "user:k.c" and list(r["ratio"]) == [f"user:{old}"]
+    assert r["kernel"] == "k.c" and list(r["ratio"]) == [old]
     with pytest.raises(ProbeError, match="given twice"):
         bench.resolve_kernels(["flash", "flash"])
 
@@ -314,18 +316,18 @@ def test_a_kernel_that_refuses_a_shape_is_left_out_with_the_reason(tmp_path):
     shape = bench.parse_shape("decode-h4kv2d64-kv128-f16")
     doc = bench.run([shape], kernels=[str(refuser)], peers=[], threads=1, rounds=1,
                     min_time=0.0, roofline=FAKE_ROOF)
-    assert doc["results"] == [] and doc["untimed"] == ["user:refuser.c"]
-    assert any("user:refuser.c returned SDPA_UNSUPPORTED" in n for n in doc["notes"])
+    assert doc["results"] == [] and doc["untimed"] == ["refuser.c"]
+    assert any("refuser.c returned SDPA_UNSUPPORTED" in n for n in doc["notes"])
     # the command: nothing timed for a kernel asked for is a usage error, not a result
     res = CliRunner().invoke(app, ["bench", "--kernel", str(refuser), "--vs", "flash",
                                    "--shape", "decode-h4kv2d64-kv128-f32", "--rounds", "1",
                                    "--min-time", "0"])
     assert res.exit_code == 2, res.output
-    assert "user:refuser.c took none of the shapes" in res.output
+    assert "refuser.c took none of the shapes" in res.output
     doc = bench.run([shape], peers=[str(refuser), "quant_int8"], threads=1, rounds=1,
                     min_time=0.0, roofline=FAKE_ROOF)
     (r,) = doc["results"]
-    assert r["peer_skipped"] == {"user:refuser.c": "returned SDPA_UNSUPPORTED",
+    assert r["peer_skipped"] == {"refuser.c": "returned SDPA_UNSUPPORTED",
                                  "quant_int8": "no f16 path"}
 
 
@@ -338,7 +340,7 @@ def test_cli_times_a_kernel_file_and_refuses_a_missing_one(tmp_path):
                               "--min-time", "0", "--json", "-"])
     assert res.exit_code == 0, res.output
     (r,) = json.loads(res.stdout)["results"]
-    assert r["kernel"] == "user:minimal_sdpa.c" and "flash" in r["ratio"]
+    assert r["kernel"] == "minimal_sdpa.c" and "flash" in r["ratio"]
     res = runner.invoke(app, ["bench", "--shape", "decode-h4kv2d64-kv64-f32", "--kernel",
                               str(tmp_path / "missing.c")])
     assert res.exit_code == 2 and "not found" in res.output

@@ -131,8 +131,8 @@ int sdpa_forward(const sdpa_args *a) {  /* plausible-looking but wrong: all zero
 
 
 @pytest.mark.parametrize("value,status,needle", [
-    ("0.0f", "SDPA_OK", "user (user:wrong.c) disagrees with decomposed at context 12"),
-    ("0.0f", "SDPA_UNSUPPORTED", "attention user (user:wrong.c) failed at context 12"),
+    ("0.0f", "SDPA_OK", "user (wrong.c) disagrees with decomposed at context 12"),
+    ("0.0f", "SDPA_UNSUPPORTED", "attention user (wrong.c) failed at context 12"),
 ])
 def test_a_wrong_user_kernel_stops_the_run(tmp_path, value, status, needle):
     src = tmp_path / "wrong.c"
