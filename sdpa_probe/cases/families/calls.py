@@ -11,7 +11,6 @@ from ..kernel_blocks import KV_BLOCK
 def threads() -> list[Case]:
     """Threads over decode and prefill, and more threads than keys."""
     cs: list[Case] = []
-    # threads
     for t in (1, 2, 3):
         cs.append(Case("threads", q_len=1, kv_len=1030, n_threads=t, n_heads=8, n_kv_heads=2))
         cs.append(Case("threads", batch=2, q_len=33, kv_len=100, n_threads=t, causal=True,

@@ -11,7 +11,6 @@ from ..kernel_blocks import KV_BLOCK
 def strided_layouts() -> list[Case]:
     """Layouts through strides, with NaN in every byte a kernel must not read."""
     cs: list[Case] = []
-    # layouts through strides, with NaN in every byte a kernel must not read
     for lay in ("bhsd", "padded", "dmajor", "offset"):
         cs.append(Case("layout", q_len=3, kv_len=KV_BLOCK + 3, layout=lay,
                        n_heads=4, n_kv_heads=2))

@@ -10,7 +10,6 @@ from ..kernel_blocks import KV_BLOCK, Q_BLOCK, X512_KV_BLOCK
 def causal_offsets() -> list[Case]:
     """Causal edges with a KV-cache offset, and a start_pos without one."""
     cs: list[Case] = []
-    # causal with a KV-cache offset
     for q, kv, sp in ((1, 100, 99), (4, 100, 96), (7, 135, 128), (3, 60, 0), (5, 80, 40)):
         cs.append(Case("causal", q_len=q, kv_len=kv, causal=True, start_pos=sp,
                        n_heads=4, n_kv_heads=2))
@@ -27,14 +26,13 @@ def causal_offsets() -> list[Case]:
 def masks() -> list[Case]:
     """Additive masks, with and without causal, under large logits, on every path."""
     cs: list[Case] = []
-    # additive masks, with and without causal
     cs.append(Case("mask", q_len=6, kv_len=140, mask="random", n_heads=4, n_kv_heads=2))
     cs.append(Case("mask", q_len=6, kv_len=140, mask="random", causal=True, start_pos=134,
                    n_heads=4, n_kv_heads=2))
     cs.append(Case("mask", q_len=1, kv_len=300, mask="random", n_heads=8, n_kv_heads=2))
     # a mask over a causal edge 34 keys short of the cache's end, int8: the slots past the
-    # edge hold stale NaN scales (inputs.py) that a kernel reading every key under the mask
-    # must not let through (0 x NaN); found by the random suite in ExecuTorch 1.5.1's
+    # edge hold stale NaN scales (inputs/storage.py) that a kernel reading every key under
+    # the mask must not let through (0 x NaN); found by the random suite in ExecuTorch 1.5.1's
     # quantized op, NaN in every row (finite scales there: it passes), where its float op
     # and the bottom-edge cases pass
     cs.append(Case("mask", q_len=6, kv_len=140, mask="window:40", causal=True, start_pos=100,
@@ -63,7 +61,6 @@ def masks() -> list[Case]:
 def fully_masked_rows() -> list[Case]:
     """Query rows that see no key, and an empty cache."""
     cs: list[Case] = []
-    # fully masked query rows
     for where in ("first", "middle", "last"):
         cs.append(Case("masked-rows", q_len=5, kv_len=140, mask=f"rows:{where}",
                        n_heads=4, n_kv_heads=2))

@@ -11,7 +11,6 @@ from ..kernel_blocks import KV_BLOCK
 def logits() -> list[Case]:
     """Logit magnitudes and explicit scales, on every dtype's path."""
     cs: list[Case] = []
-    # logit magnitudes and explicit scale
     cs.append(Case("logits", q_len=3, kv_len=130, magnitude=10.0, n_heads=4, n_kv_heads=2))
     cs.append(Case("logits", q_len=3, kv_len=130, magnitude=100.0, n_heads=4, n_kv_heads=2))
     cs.append(Case("logits", q_len=3, kv_len=130, magnitude=10.0, n_heads=4, n_kv_heads=2,
@@ -38,7 +37,6 @@ def logits() -> list[Case]:
 def storage_dtypes() -> list[Case]:
     """F16, BF16 and int8 storage, F16 subnormals, int8 through the edge cases."""
     cs: list[Case] = []
-    # storage dtypes
     for dt in ("f16", "bf16", "i8"):
         cs.append(Case("dtype", q_len=1, kv_len=KV_BLOCK + 1, dtype=dt))
         cs.append(Case("dtype", q_len=9, kv_len=100, dtype=dt, causal=True, start_pos=91,

@@ -10,7 +10,6 @@ from ..kernel_blocks import DECODE_KV_BLOCK, KV_BLOCK, Q_BLOCK, X512_KV_BLOCK, d
 def gqa() -> list[Case]:
     """GQA ratios 1 to 8 and MQA at a key block's edge, and groups real models have."""
     cs: list[Case] = []
-    # decode, GQA ratios 1, 2, 4, 8 and MQA, at the key-block edges
     for h, hkv in ((8, 8), (8, 4), (8, 2), (8, 1), (16, 2), (32, 8)):
         cs.append(Case("gqa", n_heads=h, n_kv_heads=hkv, kv_len=KV_BLOCK + 1))
     # GQA groups real models have that are not a power of two, or wider than 8: Qwen2.5's
@@ -90,7 +89,8 @@ def batched_decode() -> list[Case]:
 
 
 def decode_odd_shapes() -> list[Case]:
-    """Decode shapes off the AVX-512 path's lanes: 24 kv heads, head_dim 80 and 48."""
+    """Decode on the AVX-512 block path's odd shapes: a partial lane chunk of heads (24
+    kv heads), head_dims not a multiple of 32."""
     cs: list[Case] = []
     cs.append(Case("decode", kv_len=40, n_heads=24, n_kv_heads=24, dtype="f16"))
     cs.append(Case("decode", kv_len=70, head_dim=80, dtype="i8"))
@@ -101,7 +101,6 @@ def decode_odd_shapes() -> list[Case]:
 def prefill() -> list[Case]:
     """Prefill at the query-block edges, batched, and longer than its cache."""
     cs: list[Case] = []
-    # prefill, query-block edges, batch > 1, q_len > kv_len
     for q in (Q_BLOCK - 1, Q_BLOCK, Q_BLOCK + 1):
         cs.append(Case("prefill", q_len=q, kv_len=q, causal=True, n_heads=4, n_kv_heads=2))
     cs.append(Case("prefill", batch=3, q_len=20, kv_len=45, causal=True, start_pos=25,
@@ -114,7 +113,6 @@ def prefill() -> list[Case]:
 def head_dims() -> list[Case]:
     """Head dims past a fixed-size row buffer and under a vector's width."""
     cs: list[Case] = []
-    # head dims
     # (512: past the 256 a kernel's fixed-size row buffer, `float acc[256]`, assumes)
     for d in (64, 80, 96, 128, 256, 67, 512):
         cs.append(Case("hdim", head_dim=d, q_len=2, kv_len=70, n_heads=4, n_kv_heads=2))
