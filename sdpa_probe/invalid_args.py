@@ -6,49 +6,52 @@ writes nothing. A kernel that trusts its arguments instead divides by a zero hea
 count (SIGFPE), dereferences a NULL buffer or scale (SIGSEGV), reads the wrong heads
 when the group does not divide, or computes an answer nobody asked for and returns
 SDPA_OK; ExecuTorch's ops abort the process on bad shapes. Each entry below takes a
-valid call (a case's prepared sdpa_args) and breaks one thing; the case that carries
-it (Case.invalid) is judged on the status and on the output staying untouched, in a
-worker process, so a crash is a crash record, not the end of the run.
+valid call (a case's prepared sdpa_args) and breaks one thing (the names, and what each
+breaks in words, are data: cases.INVALID_CALLS); the case that carries it (Case.invalid)
+is judged on the status and on the output staying untouched, in a worker process, so a
+crash is a crash record, not the end of the run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from .cases import INVALID_CALLS
+from .verdict import inputs_in_words
+
 SDPA_OK, SDPA_UNSUPPORTED, SDPA_INVALID = 0, 1, 2
+
+# name (cases.INVALID_CALLS) -> how to break a prepared call
+_BREAK: dict[str, Callable] = {
+    "abi-version": lambda a, ffi: setattr(a, "abi_version", 99),
+    "heads-not-multiple": lambda a, ffi: setattr(a, "n_kv_heads", 3),
+    "zero-kv-heads": lambda a, ffi: setattr(a, "n_kv_heads", 0),
+    "zero-heads": lambda a, ffi: setattr(a, "n_heads", 0),
+    "zero-head-dim": lambda a, ffi: setattr(a, "head_dim", 0),
+    "negative-q-len": lambda a, ffi: setattr(a, "q_len", -1),
+    "negative-batch": lambda a, ffi: setattr(a, "batch", -2),
+    "negative-kv-len": lambda a, ffi: setattr(a, "kv_len", -1),
+    "negative-start-pos": lambda a, ffi: setattr(a, "start_pos", -1),
+    "nan-scale": lambda a, ffi: setattr(a, "scale", float("nan")),
+    "inf-scale": lambda a, ffi: setattr(a, "scale", float("inf")),
+    "null-q": lambda a, ffi: setattr(a.q, "data", ffi.NULL),
+    "null-k": lambda a, ffi: setattr(a.k, "data", ffi.NULL),
+    "null-v": lambda a, ffi: setattr(a.v, "data", ffi.NULL),
+    "null-out": lambda a, ffi: setattr(a.out, "data", ffi.NULL),
+    "zero-dim-stride": lambda a, ffi: a.q.stride.__setitem__(3, 0),
+    "bad-dtype": lambda a, ffi: setattr(a.k, "dtype", 7),
+    "int8-out": lambda a, ffi: setattr(a.out, "dtype", 3),
+    "int8-without-scale": lambda a, ffi: setattr(a.k, "dtype", 3),
+    "int8-v-without-scale": lambda a, ffi: setattr(a.v, "dtype", 3),
+    "short-mask-rows": lambda a, ffi: setattr(a, "mask_row_stride", 1),
+}
+if set(_BREAK) != set(INVALID_CALLS):  # (a name a case may carry must break something)
+    raise ImportError(f"invalid_args: breaks {sorted(set(_BREAK) ^ set(INVALID_CALLS))} "
+                      "differ from cases.INVALID_CALLS")
 
 # name -> (what is wrong, in a reason's words; how to break a prepared call)
 INVALID: dict[str, tuple[str, Callable]] = {
-    "abi-version": ("abi_version 99, not SDPA_ABI_VERSION",
-                    lambda a, ffi: setattr(a, "abi_version", 99)),
-    "heads-not-multiple": ("n_kv_heads 3, which does not divide n_heads 8",
-                           lambda a, ffi: setattr(a, "n_kv_heads", 3)),
-    "zero-kv-heads": ("n_kv_heads 0", lambda a, ffi: setattr(a, "n_kv_heads", 0)),
-    "zero-heads": ("n_heads 0", lambda a, ffi: setattr(a, "n_heads", 0)),
-    "zero-head-dim": ("head_dim 0", lambda a, ffi: setattr(a, "head_dim", 0)),
-    "negative-q-len": ("q_len -1", lambda a, ffi: setattr(a, "q_len", -1)),
-    "negative-batch": ("batch -2", lambda a, ffi: setattr(a, "batch", -2)),
-    "negative-kv-len": ("kv_len -1", lambda a, ffi: setattr(a, "kv_len", -1)),
-    "negative-start-pos": ("start_pos -1", lambda a, ffi: setattr(a, "start_pos", -1)),
-    "nan-scale": ("scale NaN", lambda a, ffi: setattr(a, "scale", float("nan"))),
-    "inf-scale": ("scale +inf", lambda a, ffi: setattr(a, "scale", float("inf"))),
-    "null-q": ("q.data NULL", lambda a, ffi: setattr(a.q, "data", ffi.NULL)),
-    "null-k": ("k.data NULL with kv_len > 0", lambda a, ffi: setattr(a.k, "data", ffi.NULL)),
-    "null-v": ("v.data NULL with kv_len > 0", lambda a, ffi: setattr(a.v, "data", ffi.NULL)),
-    "null-out": ("out.data NULL", lambda a, ffi: setattr(a.out, "data", ffi.NULL)),
-    # every head_dim element at one address: a view no kernel can read as D values
-    "zero-dim-stride": ("q.stride[3] 0 with head_dim 64",
-                        lambda a, ffi: a.q.stride.__setitem__(3, 0)),
-    "bad-dtype": ("k.dtype 7, no sdpa_dtype", lambda a, ffi: setattr(a.k, "dtype", 7)),
-    "int8-out": ("out.dtype SDPA_I8 (an int8 output)",
-                 lambda a, ffi: setattr(a.out, "dtype", 3)),
-    "int8-without-scale": ("k.dtype SDPA_I8 with k.scale NULL",
-                           lambda a, ffi: setattr(a.k, "dtype", 3)),
-    "int8-v-without-scale": ("v.dtype SDPA_I8 with v.scale NULL",
-                             lambda a, ffi: setattr(a.v, "dtype", 3)),
-    "short-mask-rows": ("mask_row_stride 1 with 2 query rows of 70 keys (rows overlap)",
-                        lambda a, ffi: setattr(a, "mask_row_stride", 1)),
-}
+    name: (words, _BREAK[name]) for name, words in INVALID_CALLS.items()}
 
 
 def describe(name: str) -> str:
@@ -64,8 +67,6 @@ def judge(name: str, status: int, output_changed: int,
           inputs_written: list[tuple[str, int]]) -> tuple[str, str]:
     """(status, reason) of a record for a kernel's answer to the invalid call:
     output_changed, bytes of the output arena written; inputs_written, InputGuard's."""
-    from .verdict import inputs_in_words
-
     what = f"an invalid call ({describe(name)})"
     if status == SDPA_OK:
         return "fail", (f"returned SDPA_OK for {what}: the ABI asks for SDPA_INVALID and "
