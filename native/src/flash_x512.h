@@ -11,7 +11,7 @@
 
 #include "common.h"
 
-#define FLASH_X512_KV_BLOCK 32 /* keys per block (sdpa_probe/cases.py X512_KV_BLOCK) */
+#define FLASH_X512_KV_BLOCK 32 /* keys per block (X512_KV_BLOCK in sdpa_probe/cases/kernel_blocks.py) */
 
 /* Cross prefetches (a block's V rows while its scores run, the next block's K
  * rows while P.V runs) go to L2 rather than L1 when a block's K rows take 32 KiB

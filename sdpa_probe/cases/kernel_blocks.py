@@ -19,6 +19,7 @@ DECODE_MIN_KEYS = 16
 
 
 def decode_kv_block(dtype: str, n_kv_heads: int, head_dim: int) -> int:
-    """Keys per decode block of the built-in kernels for this shape (see flash_core.c)."""
+    """Keys per decode block of the built-in kernels for this shape (flash_setup in
+    native/src/flash_plan.c)."""
     per_key = n_kv_heads * head_dim * 2 * ITEMSIZE[dtype]
     return max(DECODE_MIN_KEYS, min(DECODE_KV_BLOCK[dtype], DECODE_BLOCK_BYTES[dtype] // per_key))
