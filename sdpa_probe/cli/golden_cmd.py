@@ -99,12 +99,22 @@ def regen_command(
     Exit code 0: written (or nothing to change); 1: changes found and not accepted
     (nothing written); 2: usage error."""
     out = Output(json_out)
-    with _progress(out, "golden regen") as prog:
-        task = prog.add_task("regen", total=None, last="")
-        plan = golden.regenerate(
-            cases, suite_name, root=directory, accept=accept, drift=drift, dry_run=dry_run,
-            progress=lambda case, total: prog.update(task, total=total, advance=1,
-                                                     last=case.id))
+    prog = _progress(out, "golden regen")
+    tasks = []
+
+    def step(case, total: int) -> None:
+        if case is None:  # the cases are selected (a usage error comes without a bar)
+            prog.start()
+            tasks.append(prog.add_task("regen", total=total, last=""))
+        else:
+            prog.update(tasks[0], advance=1, last=case.id)
+
+    try:
+        plan = golden.regenerate(cases, suite_name, root=directory, accept=accept, drift=drift,
+                                 dry_run=dry_run, progress=step)
+    finally:
+        if tasks:
+            prog.stop()
     if json_out:
         out.emit_json(plan.as_dict())
     else:

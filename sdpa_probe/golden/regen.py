@@ -333,17 +333,22 @@ def write_plan(plan: RegenPlan) -> None:
 def regenerate(cases: list[str] | None = None, suite_name: str = DEFAULT_SUITE, *,
                root: Path | None = None, accept: bool = False, drift: float = DRIFT_FRACTION,
                dry_run: bool = False,
-               progress: Callable[[Case, int], None] | None = None) -> RegenPlan:
+               progress: Callable[[Case | None, int], None] | None = None) -> RegenPlan:
     """`probe golden regen`: the cases (--cases ids or parts of ids, the other stored cases
     kept; else exactly the suite), regenerated and compared with the set in `root`
     (None: default_dir()), then written unless it is a dry run or the plan is blocked and
-    not accepted. progress(case, total) is called before each case is generated."""
+    not accepted. progress(None, total) is called once the cases are selected, then
+    progress(case, total) before each case is generated."""
     root = default_dir() if root is None else Path(root)
     selected = select_cases(cases, suite_name)
-    total = len(selected)
-    step = (lambda case: progress(case, total)) if progress is not None else None
+
+    def step(case: Case) -> None:
+        progress(case, len(selected))
+
+    if progress is not None:
+        progress(None, len(selected))
     plan = plan_regen(root, selected, prune=not cases, suite_name=None if cases else suite_name,
-                      drift=drift, progress=step)
+                      drift=drift, progress=step if progress is not None else None)
     plan.refused = bool(plan.blocking) and not accept
     plan.accepted = bool(plan.blocking) and accept and not dry_run
     if not plan.refused and not dry_run:
