@@ -14,7 +14,13 @@ from .guard import guard_selftest
 from .memory import KVShape
 from .policies import POLICIES, Policy, policy_size
 from .report import judge
-from .scratch import SHAPES, WASTE_LIMIT, measure_scratch, per_block_dequant_sizing
+from .scratch import (
+    SHAPES,
+    WASTE_LIMIT,
+    ScratchShape,
+    measure_scratch,
+    per_block_dequant_sizing,
+)
 from .simulator import Simulator
 
 SUITE_WORKLOADS = (CacheWorkload(16, 24), CacheWorkload(16, 24, sink=4),
@@ -131,7 +137,7 @@ def _align_cases() -> list[dict]:
     return cases
 
 
-def _kernel_scratch_case(name: str, sh) -> dict:
+def _kernel_scratch_case(name: str, sh: ScratchShape) -> dict:
     t0 = time.perf_counter()
     rep = measure_scratch(name, sh)
     sc = next((b for b in rep.blocks if b.kind == "per-thread scratch"), None)
