@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from sdpa_probe import cache_sizing as cs
+from sdpa_probe import sizing
 from sdpa_probe.cli import app
+from sdpa_probe.sizing import suite
 
 runner = CliRunner()
 
@@ -22,10 +23,10 @@ GRID = [(w, s, c) for w in (1, 2, 5, 8) for s in (0, 3) for c in (1, 3, 7)]
 @pytest.mark.parametrize("w,s,c", GRID)
 def test_closed_form_equals_simulated_minimum(w, s, c):
     for n in (None, s + w + 2):
-        wl = cs.Workload(w, c, sink=s, context=n)
-        sim = cs.Simulator(wl)
+        wl = sizing.CacheWorkload(w, c, sink=s, context=n)
+        sim = sizing.Simulator(wl)
         m = sim.minimum()
-        assert m == cs.closed_form_minimum(w, s, c, n), wl
+        assert m == sizing.closed_form_minimum(w, s, c, n), wl
         at = sim.run(m)
         assert at.exact and at.agree and at.complete
         assert at.max_err < 1e-5
@@ -34,14 +35,15 @@ def test_closed_form_equals_simulated_minimum(w, s, c):
             assert not below.exact, wl
             assert below.agree  # the wrong query is exactly the one missing a key
             assert below.position == below.missing_position
-            assert below.max_err > 10 * cs.ATOL
+            assert below.max_err > 10 * sizing.ATOL
 
 
-@pytest.mark.parametrize("wl", [cs.Workload(5, 7), cs.Workload(6, 4, sink=2),
-                                cs.Workload(6, 9, sink=3, context=15),
-                                cs.Workload(16, 24, context=30)])
+@pytest.mark.parametrize("wl", [sizing.CacheWorkload(5, 7),
+                                sizing.CacheWorkload(6, 4, sink=2),
+                                sizing.CacheWorkload(6, 9, sink=3, context=15),
+                                sizing.CacheWorkload(16, 24, context=30)])
 def test_full_size_cache_is_always_exact(wl):
-    sim = cs.Simulator(wl, seed=3)
+    sim = sizing.Simulator(wl, seed=3)
     full = wl.context if wl.context is not None else wl.horizon
     for size in (full, full + 1, 3 * full):
         r = sim.run(size)
@@ -49,9 +51,9 @@ def test_full_size_cache_is_always_exact(wl):
 
 
 def test_one_slot_below_minimum_is_wrong_under_some_schedule():
-    wl = cs.Workload(16, 24, sink=4)
-    sim = cs.Simulator(wl, seed=1)
-    m = cs.closed_form_minimum(16, 4, 24, None)
+    wl = sizing.CacheWorkload(16, 24, sink=4)
+    sim = sizing.Simulator(wl, seed=1)
+    m = sizing.closed_form_minimum(16, 4, 24, None)
     r = sim.run(m - 1)
     assert not r.exact
     assert r.schedule is not None and r.schedule_description
@@ -68,25 +70,25 @@ def test_random_schedules_never_break_the_closed_form():
     rng = np.random.default_rng(7)
     for _ in range(6):
         w, s, c = int(rng.integers(1, 9)), int(rng.integers(0, 4)), int(rng.integers(1, 9))
-        wl = cs.Workload(w, c, sink=s)
-        sim = cs.Simulator(wl, seed=int(rng.integers(100)))
+        wl = sizing.CacheWorkload(w, c, sink=s)
+        sim = sizing.Simulator(wl, seed=int(rng.integers(100)))
         scheds = []
         for i in range(12):
             chunks, left = [], wl.horizon
             while left:
                 chunks.append(min(left, int(rng.integers(1, c + 1))))
                 left -= chunks[-1]
-            scheds.append(cs.Schedule(f"random{i}", "random", tuple(chunks)))
-        m = cs.closed_form_minimum(w, s, c, None)
+            scheds.append(sizing.Schedule(f"random{i}", "random", tuple(chunks)))
+        m = sizing.closed_form_minimum(w, s, c, None)
         assert sim.run(m, schedules=scheds).exact, wl
         for size in range(max(1, m - 3), m):
             assert sim.run(size, schedules=scheds).agree
 
 
 def test_cache_write_semantics():
-    wl = cs.Workload(4, 10, sink=2)
-    sim = cs.Simulator(wl)
-    cache = cs._Cache(sim, 8)  # 2 sink slots + a ring of 6
+    wl = sizing.CacheWorkload(4, 10, sink=2)
+    sim = sizing.Simulator(wl)
+    cache = sizing.RingCache(sim, 8)  # 2 sink slots + a ring of 6
     cache.write(0, 10)         # longer than the ring: only the last 6 non-sinks stay
     assert list(cache.slot_pos[:2]) == [0, 1]
     assert sorted(cache.slot_pos[2:]) == [4, 5, 6, 7, 8, 9]
@@ -96,13 +98,13 @@ def test_cache_write_semantics():
         np.testing.assert_array_equal(cache.k[0, slot], sim.k[0, p])
     cache.write(10, 1)
     assert 10 in cache.slot_pos and 4 not in cache.slot_pos
-    tiny = cs._Cache(sim, 1)   # smaller than the sinks: keeps what fits
+    tiny = sizing.RingCache(sim, 1)   # smaller than the sinks: keeps what fits
     tiny.write(0, 5)
     assert list(tiny.slot_pos) == [0]
 
 
 def test_visibility_semantics():
-    wl = cs.Workload(3, 1, sink=2)
+    wl = sizing.CacheWorkload(3, 1, sink=2)
     q = np.array([0, 4, 10])
     k = np.arange(11)
     vis = wl.visible(q, k)
@@ -117,9 +119,9 @@ def test_fast_mask_equals_the_definition():
     rng = np.random.default_rng(5)
     for _ in range(20):
         w, s, c = int(rng.integers(1, 9)), int(rng.integers(0, 4)), int(rng.integers(1, 9))
-        wl = cs.Workload(w, c, sink=s)
-        sim = cs.Simulator(wl)
-        cache = cs._Cache(sim, int(rng.integers(1, wl.horizon + 1)))
+        wl = sizing.CacheWorkload(w, c, sink=s)
+        sim = sizing.Simulator(wl)
+        cache = sizing.RingCache(sim, int(rng.integers(1, wl.horizon + 1)))
         pos = 0
         while pos < wl.horizon:
             n = min(int(rng.integers(1, c + 1)), wl.horizon - pos)
@@ -130,8 +132,8 @@ def test_fast_mask_equals_the_definition():
 
 
 def test_adversarial_schedules_cover_the_brief():
-    wl = cs.Workload(8, 6, sink=2)
-    scheds = cs.adversarial_schedules(wl)
+    wl = sizing.CacheWorkload(8, 6, sink=2)
+    scheds = sizing.adversarial_schedules(wl)
     lengths = {c for sc in scheds for c in sc.chunks}
     assert lengths >= set(range(1, 7)) and max(lengths) == 6
     for sc in scheds:
@@ -142,9 +144,9 @@ def test_adversarial_schedules_cover_the_brief():
     assert {f"offset{o}-c6" for o in range(6)} <= names               # every start mod C
     assert len({sc.chunks for sc in scheds}) == len(scheds)
     # past EXHAUSTIVE_UP_TO, offsets and lengths are sampled unless asked for every one
-    big = cs.Workload(8, 200)
-    sampled = cs.adversarial_schedules(big)
-    every = cs.adversarial_schedules(big, exhaustive=True)
+    big = sizing.CacheWorkload(8, 200)
+    sampled = sizing.adversarial_schedules(big)
+    every = sizing.adversarial_schedules(big, exhaustive=True)
     assert len(sampled) < len(every)
     assert {c for sc in every for c in sc.chunks} == set(range(1, 201))
     names = {sc.name for sc in sampled}
@@ -153,17 +155,18 @@ def test_adversarial_schedules_cover_the_brief():
 
 @pytest.mark.parametrize("kernel", ["decomposed", "flash_maskskip", "quant_int8"])
 def test_other_kernels_find_the_same_minimum(kernel):
-    wl = cs.Workload(6, 5, sink=1)
-    sim = cs.Simulator(wl, kernel)
+    wl = sizing.CacheWorkload(6, 5, sink=1)
+    sim = sizing.Simulator(wl, kernel)
     assert sim.int8 == (kernel == "quant_int8")
-    assert sim.minimum() == cs.closed_form_minimum(6, 1, 5, None)
+    assert sim.minimum() == sizing.closed_form_minimum(6, 1, 5, None)
 
 
 # ---- policies and verdicts ---------------------------------------------------------
 
 def test_policy_sizes():
     def size(name, w, s, c, n):
-        return cs.policy_size(cs.POLICIES[name], cs.Workload(w, c, sink=s, context=n))
+        wl = sizing.CacheWorkload(w, c, sink=s, context=n)
+        return sizing.policy_size(sizing.POLICIES[name], wl)
     assert size("2x-window", 64, 0, 128, None) == 128
     assert size("2x-window", 64, 4, 128, None) == 132
     assert size("window+chunk", 64, 0, 128, 100) == 192
@@ -174,24 +177,24 @@ def test_policy_sizes():
 
 
 def test_register_a_policy():
-    cs.register_policy("test-plus-3", lambda w, s, c, n: s + w + c + 2, "test")
+    sizing.register_policy("test-plus-3", lambda w, s, c, n: s + w + c + 2, "test")
     try:
-        rep = cs.evaluate(cs.Workload(4, 3), ["test-plus-3", "closed-form"])
+        rep = sizing.evaluate(sizing.CacheWorkload(4, 3), ["test-plus-3", "closed-form"])
         by = {p.name: p for p in rep.policies}
         assert by["test-plus-3"].verdict == "oversized" and by["test-plus-3"].slots_over == 3
         assert by["closed-form"].verdict == "exact"
     finally:
-        del cs.POLICIES["test-plus-3"]
+        del sizing.POLICIES["test-plus-3"]
 
 
 def test_sink_verdicts_and_memory():
-    shape = cs.KVShape(layers=2, kv_heads=2, head_dim=8, dtype="f32")
+    shape = sizing.KVShape(layers=2, kv_heads=2, head_dim=8, dtype="f32")
     assert shape.bytes_per_slot == 2 * 2 * 2 * 8 * 4
-    rep = cs.evaluate(cs.Workload(16, 24, sink=4), kv_shape=shape)
+    rep = sizing.evaluate(sizing.CacheWorkload(16, 24, sink=4), kv_shape=shape)
     by = {p.name: p for p in rep.policies}
     assert rep.minimum == rep.closed_form == 43
     assert by["2x-window"].verdict == "undersized"
-    assert by["window+chunk"].verdict == "undersized"     # seed 003's ring rule ignores sinks
+    assert by["window+chunk"].verdict == "undersized"  # PR 22358's ring rule ignores sinks
     assert by["sink+window+chunk"].verdict == "oversized"
     assert by["sink+window+chunk"].bytes_over == shape.bytes_per_slot
     assert by["closed-form"].verdict == by["simulated-minimum"].verdict == "exact"
@@ -199,7 +202,7 @@ def test_sink_verdicts_and_memory():
 
 
 def test_uncapped_sink_rule_exceeds_a_small_context():
-    rep = cs.evaluate(cs.Workload(16, 24, sink=4, context=30))
+    rep = sizing.evaluate(sizing.CacheWorkload(16, 24, sink=4, context=30))
     by = {p.name: p for p in rep.policies}
     assert rep.minimum == 30
     assert by["sink+window+chunk"].verdict == "exceeds-full-context"
@@ -217,7 +220,7 @@ def test_cli_headline_json():
     by = {p["name"]: p for p in doc["policies"]}
     for p in doc["policies"]:
         assert {"name", "size", "verdict"} <= set(p)
-        assert p["verdict"] in cs.VERDICTS
+        assert p["verdict"] in sizing.VERDICTS
     u = by["2x-window"]
     assert u["verdict"] == "undersized" and u["size"] == 128
     assert isinstance(u["position"], int) and u["max_err"] > 1e-3
@@ -251,11 +254,9 @@ def test_cli_bad_input(argv, msg):
 
 
 def test_run_suite_cache_part(monkeypatch):
-    from sdpa_probe import scratch_sizing
-
-    monkeypatch.setattr(scratch_sizing, "run_suite", lambda kernels=None: [])
-    monkeypatch.setattr(cs, "SUITE_GRID", cs.SUITE_GRID[::6])  # the full grid is tested above
-    cases = cs.run_suite("flash")
+    monkeypatch.setattr(suite, "scratch_cases", lambda kernels=None: [])
+    monkeypatch.setattr(suite, "SUITE_GRID", suite.SUITE_GRID[::6])  # the full grid is tested above
+    cases = sizing.run_suite("flash")
     ids = [c["case"] for c in cases]
     assert len(ids) == len(set(ids))
     assert "ring-w16-c24-size32" in ids and "closed-form-grid" in ids
@@ -266,6 +267,6 @@ def test_run_suite_cache_part(monkeypatch):
 
 def test_int8_cache_is_i8_as_in_the_other_commands():
     """`i8` is the int8 dtype's name everywhere else; sizing takes it (and still int8)."""
-    a = cs.KVShape(layers=2, kv_heads=2, head_dim=8, dtype="i8").validate()
-    b = cs.KVShape(layers=2, kv_heads=2, head_dim=8, dtype="int8").validate()
+    a = sizing.KVShape(layers=2, kv_heads=2, head_dim=8, dtype="i8").validate()
+    b = sizing.KVShape(layers=2, kv_heads=2, head_dim=8, dtype="int8").validate()
     assert a.bytes_per_slot == b.bytes_per_slot == 2 * 2 * 2 * (8 + 5)

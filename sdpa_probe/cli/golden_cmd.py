@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .. import golden as g
+from .. import golden
 from . import app, command, typer_app
 from .output import Output
 
@@ -53,17 +53,43 @@ def _print_rows(out: Output, title: str, rows: list[dict]) -> None:
             out.print(f"{'':12}{why}", markup=False, highlight=False)
 
 
+def _print_regen(out: Output, plan: golden.RegenPlan, dry_run: bool) -> None:
+    shown = [r for r in plan.rows if r["status"] in ("changed", "within")]
+    if shown:
+        _print_rows(out, "references that moved (delta = new - stored):", shown)
+    counts = ", ".join(f"{n} {s}" for s, n in plan.counts.items())
+    moved = plan.version_changes()
+    if moved:
+        out.print("versions: " + ", ".join(f"{k} {old} -> {new}"
+                                           for k, (old, new) in moved.items()))
+    if plan.removed:
+        out.print(f"removed from the set: {', '.join(plan.removed)}")
+    where = golden.show_path(plan.root)
+    if plan.refused:
+        for b in plan.set_blocking():
+            out.print(f"[red]{b}[/]")
+        out.print(f"[bold red]refusing to overwrite {where}[/]: "
+                  f"{len(plan.blocking)} change(s) beyond tolerance ({counts}); review them, "
+                  f"then rerun with --accept to write")
+    elif dry_run:
+        out.print(f"dry run: {len(plan.entries)} cases ({counts}); nothing written")
+    else:
+        out.print(f"golden data in {where}: {len(plan.entries)} cases ({counts}), "
+                  f"{plan.nbytes / 2**20:.2f} MiB" + (" [yellow](changes accepted)[/]"
+                                                      if plan.accepted else ""))
+
+
 @_command("regen")
 def regen_command(
     cases: list[str] = typer.Option(None, "--cases", help="Only these case ids, or ids "
                                     "containing this (repeatable, comma separated; any case of "
                                     "the full matrix). The other stored cases are kept."),
-    suite_name: str = typer.Option(g.DEFAULT_SUITE, "--suite", help="Without --cases: the "
+    suite_name: str = typer.Option(golden.DEFAULT_SUITE, "--suite", help="Without --cases: the "
                                    "golden set is exactly this suite (smoke | default | full)."),
     directory: Path = typer.Option(None, "--dir", help=DIR_HELP),
     accept: bool = typer.Option(False, "--accept", help="Write even though references changed "
                                 "beyond tolerance, or stored cases would be removed."),
-    drift: float = typer.Option(g.DRIFT_FRACTION, "--drift", min=0.0, help=DRIFT_HELP),
+    drift: float = typer.Option(golden.DRIFT_FRACTION, "--drift", min=0.0, help=DRIFT_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help="Compute and compare; write nothing."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
@@ -73,51 +99,27 @@ def regen_command(
     Exit code 0: written (or nothing to change); 1: changes found and not accepted
     (nothing written); 2: usage error."""
     out = Output(json_out)
-    root = directory if directory is not None else g.default_dir()
-    selected = g.select_cases(cases, suite_name)
-    with _progress(out, "golden regen") as prog:
-        task = prog.add_task("regen", total=len(selected), last="")
+    prog = _progress(out, "golden regen")
+    tasks = []
 
-        def step(case):
-            prog.update(task, advance=1, last=case.id)
-
-        plan = g.plan_regen(root, selected, prune=not cases,
-                            suite_name=None if cases else suite_name, drift=drift,
-                            progress=step)
-    refuse = bool(plan.blocking) and not accept
-    if not refuse and not dry_run:
-        g.write_plan(plan)
-    doc = plan.as_dict()
-    doc["accepted"] = bool(plan.blocking) and accept and not dry_run
-    if json_out:
-        out.emit_json(doc)
-    else:
-        shown = [r for r in plan.rows if r["status"] in ("changed", "within")]
-        if shown:
-            _print_rows(out, "references that moved (delta = new - stored):", shown)
-        counts = ", ".join(f"{n} {s}" for s, n in doc["counts"].items())
-        old_v = (plan.old_manifest or {}).get("versions") or {}
-        if old_v and old_v != plan.new_manifest["versions"]:
-            out.print("versions: " + ", ".join(
-                f"{k} {old_v.get(k)} -> {v}" for k, v in plan.new_manifest["versions"].items()
-                if old_v.get(k) != v))
-        if plan.removed:
-            out.print(f"removed from the set: {', '.join(plan.removed)}")
-        if refuse:
-            for b in plan.blocking:
-                if not any(b.startswith(f"{r['case']}: ") for r in plan.rows):
-                    out.print(f"[red]{b}[/]")
-            out.print(f"[bold red]refusing to overwrite {g._show(root)}[/]: "
-                      f"{len(plan.blocking)} change(s) beyond tolerance ({counts}); review them, "
-                      f"then rerun with --accept to write")
-        elif dry_run:
-            out.print(f"dry run: {len(plan.entries)} cases ({counts}); nothing written")
+    def step(case, total: int) -> None:
+        if case is None:  # the cases are selected (a usage error comes without a bar)
+            prog.start()
+            tasks.append(prog.add_task("regen", total=total, last=""))
         else:
-            size = sum(len(e.to_bytes()) for e in plan.entries)
-            out.print(f"golden data in {g._show(root)}: {len(plan.entries)} cases ({counts}), "
-                      f"{size / 2**20:.2f} MiB" + (" [yellow](changes accepted)[/]"
-                                                   if doc["accepted"] else ""))
-    raise typer.Exit(1 if refuse else 0)
+            prog.update(tasks[0], advance=1, last=case.id)
+
+    try:
+        plan = golden.regenerate(cases, suite_name, root=directory, accept=accept, drift=drift,
+                                 dry_run=dry_run, progress=step)
+    finally:
+        if tasks:
+            prog.stop()
+    if json_out:
+        out.emit_json(plan.as_dict())
+    else:
+        _print_regen(out, plan, dry_run)
+    raise typer.Exit(1 if plan.refused else 0)
 
 
 @_command("verify")
@@ -133,24 +135,24 @@ def verify_command(
     Exit code 0: intact; 1: a file is missing, truncated or corrupted, or the inputs or
     semantics drifted."""
     out = Output(json_out)
-    root = directory if directory is not None else g.default_dir()
     with _progress(out, "golden verify") as prog:
         task = prog.add_task("verify", total=None, last="")
-        res = g.verify(root, check_inputs=inputs,
-                       progress=lambda cid: prog.update(task, advance=1, last=cid))
+        res = golden.verify(directory, check_inputs=inputs,
+                            progress=lambda cid: prog.update(task, advance=1, last=cid))
     if json_out:
         out.emit_json(res.as_dict())
     else:
+        where = golden.show_path(res.root)
         for note in res.notes:
             out.note(f"note: {note}")
         if res.problems:
             for p in res.problems:
                 out.print(f"[red]{p.kind:>10}[/]  {p.message}", markup=True, highlight=False)
-            out.print(f"[bold red]{len(res.problems)} problem(s)[/] in {g._show(root)}; "
+            out.print(f"[bold red]{len(res.problems)} problem(s)[/] in {where}; "
                       f"regenerate with probe golden regen (see docs/golden.md)")
         else:
             v = (res.manifest or {}).get("versions", {})
-            out.print(f"[green]ok[/]: {g._show(root)} holds {res.n_cases} intact cases "
+            out.print(f"[green]ok[/]: {where} holds {res.n_cases} intact cases "
                       f"(torch {v.get('torch')}, numpy {v.get('numpy')})"
                       + ("" if inputs else "; inputs not checked"))
     raise typer.Exit(0 if res.ok else 1)
@@ -161,7 +163,7 @@ def diff_command(
     other: Path = typer.Argument(..., help="The other golden directory (e.g. regenerated "
                                            "under a new torch with regen --dir)."),
     directory: Path = typer.Option(None, "--dir", help=DIR_HELP),
-    drift: float = typer.Option(g.DRIFT_FRACTION, "--drift", min=0.0, help=DRIFT_HELP),
+    drift: float = typer.Option(golden.DRIFT_FRACTION, "--drift", min=0.0, help=DRIFT_HELP),
     show_all: bool = typer.Option(False, "--all", help="List every case, not only those "
                                                        "that differ."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -171,8 +173,7 @@ def diff_command(
     Exit code 0: the same within tolerance; 1: they differ (a case changed, is missing
     on one side or unreadable, or the semantics differ)."""
     out = Output(json_out)
-    root = directory if directory is not None else g.default_dir()
-    doc = g.diff_sets(root, other, drift)
+    doc = golden.diff_sets(directory, other, drift)
     if json_out:
         out.emit_json(doc)
         raise typer.Exit(1 if doc["differs"] else 0)
@@ -184,7 +185,8 @@ def diff_command(
                                          if r["status"] not in ("same", "within")
                                          or r.get("tol_fraction", 0) > 0]
     if rows:
-        _print_rows(out, f"golden diff: {g._show(root)} (this) vs {g._show(other)} (other), "
+        this, that = golden.show_path(Path(doc["this"])), golden.show_path(other)
+        _print_rows(out, f"golden diff: {this} (this) vs {that} (other), "
                          f"delta = other - this:", rows)
     counts = ", ".join(f"{n} {s}" for s, n in sorted(doc["counts"].items()))
     verdict = "[bold red]differ[/]" if doc["differs"] else "[green]agree within tolerance[/]"

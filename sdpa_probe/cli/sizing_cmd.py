@@ -6,8 +6,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from .. import cache_sizing as cs
-from ..errors import ProbeError
+from .. import sizing
 from . import command
 from .output import Output
 
@@ -16,59 +15,17 @@ _STYLE = {"undersized": "red", "exact": "green", "oversized": "yellow",
 
 
 def _mib(nbytes: float) -> str:
-    return f"{cs.mib(nbytes):.2f}"
+    return f"{sizing.mib(nbytes):.2f}"
 
 
-@command("sizing")
-def sizing_command(
-    window: int = typer.Option(..., "--window", "-w", help="Sliding window W: a query at "
-                               "position p sees keys (p - W, p]."),
-    chunk: int = typer.Option(..., "--chunk", "-c", help="Largest prefill chunk C (tokens "
-                              "written into the cache before they attend)."),
-    sink: int = typer.Option(0, "--sink", "-s", help="Attention sinks S: positions [0, S) "
-                             "pinned and always visible."),
-    context: int | None = typer.Option(None, "--context", "-n", help="Max context N (a "
-                                       "full-context cache has N slots). Default: unbounded."),
-    policy: list[str] | None = typer.Option(None, "--policy", "-p", help="A sizing policy "
-                                            "to judge (repeatable). Default: all of them."),
-    kernel: str = typer.Option("flash", "--kernel", "-k", help="Built-in kernel the simulated "
-                               "cache runs through."),
-    layers: int = typer.Option(16, "--layers", help="Model layers (memory figures)."),
-    kv_heads: int = typer.Option(8, "--kv-heads", help="KV heads per layer (memory figures)."),
-    head_dim: int = typer.Option(64, "--head-dim", help="Head dimension (memory figures)."),
-    dtype: str = typer.Option("f16", "--dtype", help="Cache storage: f32, f16, bf16, i8."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the simulated q/k/v."),
-    all_lengths: bool = typer.Option(False, "--all-lengths", help="Every chunk length and "
-                                     "offset even when the chunk is over "
-                                     f"{cs.EXHAUSTIVE_UP_TO} (slower)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-) -> None:
-    """Judge KV-cache sizing policies for sliding-window (+sink) attention by simulation.
-
-    Every policy's cache is run through chunked prefill and decode schedules (a chunk right
-    after the window fills, chunks of every length up to C, decode after prefill) with a real
-    kernel, against a float64 full-history reference. The verdict is undersized (first wrong
-    query and its error), exact, oversized (wasted slots and MiB) or larger than a
-    full-context cache. The exact minimum is min(N, S + W + C - 1).
-    """
-    out = Output(json_out)
-    if seed < 0:
-        raise ProbeError(f"--seed must be >= 0, got {seed}")
-    wl = cs.Workload(window=window, chunk=chunk, sink=sink, context=context).validate()
-    shape = cs.KVShape(layers=layers, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype).validate()
-    cs.resolve_policies(policy)  # unknown names fail before the simulation starts
-    rep = cs.evaluate(wl, policy, kernel=kernel, kv_shape=shape, seed=seed,
-                      exhaustive=all_lengths)
-    if json_out:
-        out.emit_json(rep.as_dict())
-        return
-
+def _print_report(out: Output, rep: sizing.SizingReport) -> None:
+    wl, shape = rep.workload, rep.kv_shape
     bps = shape.bytes_per_slot
     out.print(f"[bold]KV-cache sizing[/]: {wl.describe()}")
     out.print(f"simulated through kernel [bold]{rep.kernel}[/]: {rep.schedules} chunk schedules "
               f"over {rep.horizon} positions, {rep.calls} kernel calls, {rep.seconds:.1f} s")
     if rep.sampled:
-        out.print(f"[dim]chunk lengths and offsets sampled ({cs.SAMPLED} of each; "
+        out.print(f"[dim]chunk lengths and offsets sampled ({sizing.SAMPLED} of each; "
                   "--all-lengths runs every one)[/]")
     agree = ("agrees" if rep.minimum == rep.closed_form
              else f"[red]DISAGREES: the rule gives {rep.closed_form}[/]")
@@ -95,3 +52,45 @@ def sizing_command(
     out.print("rules:")
     for p in rep.policies:
         out.print(f"  {p.name}: {p.source}")
+
+
+@command("sizing")
+def sizing_command(
+    window: int = typer.Option(..., "--window", "-w", help="Sliding window W: a query at "
+                               "position p sees keys (p - W, p]."),
+    chunk: int = typer.Option(..., "--chunk", "-c", help="Largest prefill chunk C (tokens "
+                              "written into the cache before they attend)."),
+    sink: int = typer.Option(0, "--sink", "-s", help="Attention sinks S: positions [0, S) "
+                             "pinned and always visible."),
+    context: int | None = typer.Option(None, "--context", "-n", help="Max context N (a "
+                                       "full-context cache has N slots). Default: unbounded."),
+    policy: list[str] | None = typer.Option(None, "--policy", "-p", help="A sizing policy "
+                                            "to judge (repeatable). Default: all of them."),
+    kernel: str = typer.Option("flash", "--kernel", "-k", help="Built-in kernel the simulated "
+                               "cache runs through."),
+    layers: int = typer.Option(16, "--layers", help="Model layers (memory figures)."),
+    kv_heads: int = typer.Option(8, "--kv-heads", help="KV heads per layer (memory figures)."),
+    head_dim: int = typer.Option(64, "--head-dim", help="Head dimension (memory figures)."),
+    dtype: str = typer.Option("f16", "--dtype", help="Cache storage: f32, f16, bf16, i8."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the simulated q/k/v."),
+    all_lengths: bool = typer.Option(False, "--all-lengths", help="Every chunk length and "
+                                     "offset even when the chunk is over "
+                                     f"{sizing.EXHAUSTIVE_UP_TO} (slower)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Judge KV-cache sizing policies for sliding-window (+sink) attention by simulation.
+
+    Every policy's cache is run through chunked prefill and decode schedules (a chunk right
+    after the window fills, chunks of every length up to C, decode after prefill) with a real
+    kernel, against a float64 full-history reference. The verdict is undersized (first wrong
+    query and its error), exact, oversized (wasted slots and MiB) or larger than a
+    full-context cache. The exact minimum is min(N, S + W + C - 1).
+    """
+    out = Output(json_out)
+    rep = sizing.size_caches(window, chunk, sink, context, policy, kernel=kernel, layers=layers,
+                             kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, seed=seed,
+                             exhaustive=all_lengths)
+    if json_out:
+        out.emit_json(rep.as_dict())
+    else:
+        _print_report(out, rep)
