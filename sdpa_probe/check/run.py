@@ -12,12 +12,12 @@ from pathlib import Path
 
 from .. import last_failed, native
 from ..backends import BackendSpec
-from ..cache_sizing import run_suite as run_cache_sizing_suite
 from ..cases import DTYPES, SUITES, Case, all_cases, find_case, random_cases, suite
 from ..errors import ProbeError
 from ..golden import GoldenStore, default_dir, store
 from ..records import Record
 from ..report import check_document
+from ..sizing import run_suite as run_cache_sizing_suite
 from .pool import WorkerPool, malloc_debug_library
 
 RANDOM_SUITE = "random"  # cases.random_cases(--seed): a new slice of the space per seed
