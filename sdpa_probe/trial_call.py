@@ -21,7 +21,7 @@ def trial_child() -> None:
     """The child of trial_call: (BuildResult, shape fields, threads) pickled on stdin."""
     # the child's own imports: bench's run loop imports this module
     from .bench.inputs import make_inputs
-    from .bench.shapes import Shape
+    from .bench.shapes import Shape  # (the same)
 
     result, shape, threads = pickle.load(sys.stdin.buffer)
     try:

@@ -163,14 +163,16 @@ def test_a_local_import_says_why(path: Path):
 _MAKING = re.compile("|".join([r"\bst" + r"op [0-9]", r"st" + r"op[0-9]{2}",
                                r"se" + r"ed ?00[034]", r"previous se" + r"ssion"]), re.I)
 _SKIP_DIRS = {".git", ".venv", ".ci-cache", "__pycache__", ".pytest_cache", ".ruff_cache",
-              "golden", "build", "dist"}
+              "build", "dist"}
+_DATA_DIRS = {"golden"}  # (at the top: reference data, not words)
 
 
 def _product_files() -> list[Path]:
     out = []
     for p in ROOT.rglob("*"):
         rel = p.relative_to(ROOT)
-        if any(part in _SKIP_DIRS or part.endswith(".egg-info") for part in rel.parts):
+        if rel.parts[0] in _DATA_DIRS or any(part in _SKIP_DIRS or part.endswith(".egg-info")
+                                             for part in rel.parts):
             continue
         if p.is_file() and not p.is_symlink():
             out.append(p)
