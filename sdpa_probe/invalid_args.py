@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .cases import INVALID_CALLS
-from .verdict import inputs_in_words
+from .judge.verdict import inputs_in_words
 
 SDPA_OK, SDPA_UNSUPPORTED, SDPA_INVALID = 0, 1, 2
 

@@ -18,10 +18,10 @@ from ..check.calls import run_one
 from ..check.pool import WorkerPool
 from ..errors import ProbeError
 from ..judge import repeat
+from ..judge.verdict import error_map
 from ..oracle import prepare_case
 from ..records import FAILING, Record
 from ..report import save_repro
-from ..verdict import error_map
 from .output import Output
 
 REPRO_SCHEMA = "sdpa_probe.repro/1"

@@ -7,7 +7,7 @@ import time
 
 from ..cases import Case
 from ..oracle import Prepared
-from ..verdict import judge
+from .verdict import judge
 
 LATE_WRITE_WAIT = 0.02  # seconds unwritten native output is watched for a late write
 

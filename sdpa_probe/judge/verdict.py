@@ -3,9 +3,9 @@ thread still running: what the rest would judge is a moving target), then NaN/In
 disagreement, then poison (unwritten output)
 and guard (out-of-bounds write) violations, inputs written and a floating-point
 environment left changed, then error against tolerance. (Two more layers, which
-make more calls, live beside it in judge/: a passing call made again, the heap watched
-for a leak and the answer judged once more (judge/repeat.py); a failing one retried on
-fresh copies of its inputs (judge/fresh_inputs.py).)"""
+make more calls, live beside it: a passing call made again, the heap watched
+for a leak and the answer judged once more (repeat.py); a failing one retried on
+fresh copies of its inputs (fresh_inputs.py).)"""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import dataclasses
 
 import numpy as np
 
-from .cases import Case, judged_tolerance
-from .inputs import OutBuffer
+from ..cases import Case, judged_tolerance
+from ..inputs import OutBuffer
 
 
 @dataclasses.dataclass
