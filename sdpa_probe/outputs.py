@@ -17,7 +17,10 @@ from .errors import ProbeError
 
 
 def _clean(obj: Any) -> Any:
-    """JSON has no NaN/Inf: write them as strings so the file stays valid JSON."""
+    """JSON has no NaN/Inf: write them as strings so the file stays valid JSON. An
+    object with as_dict() (a check record) is written as that."""
+    if hasattr(obj, "as_dict"):
+        return _clean(obj.as_dict())
     if isinstance(obj, float) and not math.isfinite(obj):
         return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
     if isinstance(obj, dict):

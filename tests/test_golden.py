@@ -16,9 +16,10 @@ import sdpa_probe.reference as reference
 from sdpa_probe import golden, native
 from sdpa_probe.backends import NativeBackend
 from sdpa_probe.cases import Case, suite
+from sdpa_probe.check.calls import run_one
 from sdpa_probe.cli import app
 from sdpa_probe.cli.output import dumps
-from sdpa_probe.harness import prepare_case, run_one
+from sdpa_probe.oracle import prepare_case
 
 runner = CliRunner()
 ENV = {"COLUMNS": "400"}  # no wrapping: messages are matched whole

@@ -3,7 +3,8 @@
 (torch_sdpa.py), ExecuTorch (executorch.py)."""
 
 from .base import Backend, Nondeterministic, Unsupported, describe_failure
-from .executorch import executorch_library, executorch_version
+from .executorch import ExecutorchBackend, executorch_library, executorch_version
+from .native_kernel import NativeBackend
 from .registry import (
     REGISTERED,
     BackendSpec,
@@ -16,7 +17,7 @@ from .registry import (
 )
 from .torch_sdpa import TorchBackend, torch_error
 
-__all__ = ["Backend", "BackendSpec", "Nondeterministic", "REGISTERED", "TorchBackend",
-           "Unsupported", "default_specs", "describe_failure", "executorch_library",
-           "executorch_version", "is_kernel_file", "known_names", "make", "parse", "parse_list",
-           "torch_error"]
+__all__ = ["Backend", "BackendSpec", "ExecutorchBackend", "NativeBackend", "Nondeterministic",
+           "REGISTERED", "TorchBackend", "Unsupported", "default_specs", "describe_failure",
+           "executorch_library", "executorch_version", "is_kernel_file", "known_names", "make",
+           "parse", "parse_list", "torch_error"]
