@@ -24,7 +24,7 @@ def test_align_up_rejects_non_powers_of_two():
         assert lib.sdpa_probe_align_up(10, a) == -1
 
 
-def test_seed000_mask_expression_is_wrong():
+def test_align_up_with_the_a_minus_1_mask_is_wrong():
     """(x + a - 1) & -(a - 1) keeps bit 0 of the mask: it misaligns odd results."""
     a = 32
     wrong = [(x, (x + a - 1) & -(a - 1)) for x in range(1, 200) if ((x + a - 1) & -(a - 1)) % a]

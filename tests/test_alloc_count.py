@@ -36,7 +36,7 @@ int sdpa_forward(const sdpa_args *a) {
 }
 """
 
-# C++: a std::vector per (kv head, 64-key block), as seed 000's kernel had it
+# C++: a std::vector per (kv head, 64-key block), as ExecuTorch PR 15610's quantized SDPA had it
 PER_BLOCK_CXX = r"""
 #include <cstring>
 #include <vector>
@@ -89,7 +89,7 @@ def test_per_block_allocation_grows_with_the_context_and_ours_does_not():
     jobs = [{"shape": f"decode-h8kv2d64-kv{kv}-i8", "party": k}
             for k in ("quant_int8_alloc", "quant_int8") for kv in (512, 1024)]
     alloc512, alloc1024, q512, q1024 = _count(jobs, threads=2)
-    # seed 000's pattern: K and V buffers per kv head and 64-key block
+    # ExecuTorch PR 15610's pattern: K and V buffers per kv head and 64-key block
     assert alloc1024["allocs"] - alloc512["allocs"] == 2 * 2 * (1024 - 512) // 64
     assert q512 == q1024 and q512["allocs"] <= 3
     assert q512["frees"] == q512["allocs"]

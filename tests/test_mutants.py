@@ -1,7 +1,7 @@
 """The bugs of docs/examples/mutants.py that few cases catch stay caught, one
 catching case each (the whole study: `python docs/examples/mutants.py`,
 docs/check.md; the unmutated online_sdpa.c passes the default suite in
-tests/test_check.py)."""
+tests/test_check_broken_kernels.py)."""
 
 import importlib.util
 import json
