@@ -15,9 +15,10 @@ from typer.testing import CliRunner
 from sdpa_probe import caller_state
 from sdpa_probe.backends import NativeBackend
 from sdpa_probe.cases import Case
+from sdpa_probe.check.calls import run_one
 from sdpa_probe.cli import app
-from sdpa_probe.harness import prepare_case, run_one
 from sdpa_probe.native import load_user_kernel
+from sdpa_probe.oracle import prepare_case
 
 SRC = EXAMPLE_KERNEL.read_text()
 ENTRY = "int st = sdpa_validate_args(a);"

@@ -10,9 +10,11 @@ from typer.testing import CliRunner
 
 from sdpa_probe.backends import NativeBackend
 from sdpa_probe.cases import Case, suite
+from sdpa_probe.check.calls import run_one
+from sdpa_probe.check.pool import WorkerPool
 from sdpa_probe.cli import app
-from sdpa_probe.harness import WorkerPool, prepare_case, run_one
 from sdpa_probe.native import load_user_kernel
+from sdpa_probe.oracle import prepare_case
 
 runner = CliRunner()
 

@@ -10,9 +10,10 @@ from kernels_for_tests import SRC, cli_records
 from sdpa_probe import native
 from sdpa_probe.backends import NativeBackend
 from sdpa_probe.cases import Case, suite
-from sdpa_probe.harness import prepare_case, run_one
+from sdpa_probe.check.calls import run_one
 from sdpa_probe.inputs import out_buffer
 from sdpa_probe.native import load_user_kernel
+from sdpa_probe.oracle import prepare_case
 
 
 def test_static_scratch_is_caught_by_concurrent_callers(tmp_path):
@@ -127,7 +128,7 @@ def test_the_pool_wakes_only_the_workers_a_call_was_given():
     the full suite by its thread sampling."""
     import os
 
-    from sdpa_probe.harness import thread_use
+    from sdpa_probe.judge.probes import thread_use
 
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: a second thread cannot be at work beside the caller")

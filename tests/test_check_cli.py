@@ -9,12 +9,13 @@ from conftest import EXAMPLE_KERNEL, needs_cxx
 from kernels_for_tests import BUGS, SRC, write_variant
 from typer.testing import CliRunner
 
-from sdpa_probe import harness
 from sdpa_probe.backends import NativeBackend
 from sdpa_probe.cases import Case, suite
+from sdpa_probe.check import pool
+from sdpa_probe.check.calls import run_one
 from sdpa_probe.cli import app
-from sdpa_probe.harness import prepare_case, run_one
 from sdpa_probe.native import load_user_kernel
+from sdpa_probe.oracle import prepare_case
 
 runner = CliRunner()
 
@@ -48,7 +49,7 @@ def test_check_json_to_stdout_and_failure_exit_code(tmp_path):
     assert all("never written" in r["reason"] for r in failing)
     assert all(r["repro"].startswith("probe check --kernel") for r in failing)
     assert doc["run"] == {"isolate": False, "leak_check": True,
-                          "heap_guard": harness.malloc_debug_library() is not None}
+                          "heap_guard": pool.malloc_debug_library() is not None}
 
 
 def test_check_example_kernel_via_cli():

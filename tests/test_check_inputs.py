@@ -6,7 +6,7 @@ import pytest
 from kernels_for_tests import SRC, cli_records
 
 from sdpa_probe.cases import Case
-from sdpa_probe.harness import WorkerPool
+from sdpa_probe.check.pool import WorkerPool
 from sdpa_probe.inputs import materialise
 
 

@@ -9,10 +9,10 @@ from conftest import needs_cxx
 from kernels_for_tests import SRC, cli_records, write_variant
 from typer.testing import CliRunner
 
-from sdpa_probe import harness
 from sdpa_probe.cases import Case
+from sdpa_probe.check import pool
+from sdpa_probe.check.pool import WorkerPool
 from sdpa_probe.cli import app
-from sdpa_probe.harness import WorkerPool
 from sdpa_probe.native import load_user_kernel
 
 runner = CliRunner()
@@ -84,7 +84,7 @@ def test_a_sigill_says_what_raises_one(tmp_path):
     assert "arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)" in rec["reason"], rec
 
 
-@pytest.mark.skipif(harness.malloc_debug_library() is None,
+@pytest.mark.skipif(pool.malloc_debug_library() is None,
                     reason="no glibc malloc debugging library here")
 def test_a_scratch_block_one_float_short_is_caught_by_the_heap_guard(tmp_path):
     """The row accumulator malloc'd one float short, the kind of size slip in a
@@ -106,9 +106,9 @@ def test_a_scratch_block_one_float_short_is_caught_by_the_heap_guard(tmp_path):
 
 def test_the_heap_guard_stays_off_under_a_users_preload(monkeypatch):
     monkeypatch.setenv("LD_PRELOAD", "libasan.so")
-    assert harness.malloc_debug_library() is None
+    assert pool.malloc_debug_library() is None
     monkeypatch.delenv("LD_PRELOAD")
     monkeypatch.setenv("SDPA_PROBE_NO_MALLOC_CHECK", "1")
-    assert harness.malloc_debug_library() is None
-    assert harness.explain_heap_abort("free(): invalid pointer")
-    assert not harness.explain_heap_abort("Assertion `x' failed.")
+    assert pool.malloc_debug_library() is None
+    assert pool.explain_heap_abort("free(): invalid pointer")
+    assert not pool.explain_heap_abort("Assertion `x' failed.")

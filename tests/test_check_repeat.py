@@ -10,9 +10,10 @@ from typer.testing import CliRunner
 
 from sdpa_probe.backends import NativeBackend
 from sdpa_probe.cases import Case, suite
+from sdpa_probe.check.calls import run_one
 from sdpa_probe.cli import app
-from sdpa_probe.harness import prepare_case, run_one
 from sdpa_probe.native import load_user_kernel
+from sdpa_probe.oracle import prepare_case
 
 runner = CliRunner()
 
@@ -152,8 +153,9 @@ def test_a_failure_right_on_fresh_copies_names_the_case_run_before_it(tmp_path):
     that case first."""
     import dataclasses
 
-    from sdpa_probe.harness import Prepared, retry_on_fresh_inputs
     from sdpa_probe.inputs import input_buffers
+    from sdpa_probe.judge.fresh_inputs import retry_on_fresh_inputs
+    from sdpa_probe.oracle import Prepared
 
     path = tmp_path / "k_dequant.c"
     path.write_text(_pointer_cache_kernels()["k_dequant.c"])
@@ -209,7 +211,7 @@ def test_a_kernel_wrong_only_on_its_first_call_is_told_apart(tmp_path):
 def test_a_two_caller_failure_right_on_retry_is_put_down_to_a_race(tmp_path):
     """With two callers, a failure that a retry on fresh copies does not repeat is most
     likely their race; the reason says so rather than blaming an earlier case."""
-    from sdpa_probe.harness import retry_on_fresh_inputs
+    from sdpa_probe.judge.fresh_inputs import retry_on_fresh_inputs
 
     path = tmp_path / "first_call_c2.c"
     path.write_text(_first_call_kernel("two callers"))

@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 
 from sdpa_probe.cases import Case
 from sdpa_probe.cli import app
-from sdpa_probe.harness import prepare_case
 from sdpa_probe.inputs import out_buffer
+from sdpa_probe.judge.verdict import judge
+from sdpa_probe.oracle import prepare_case
 from sdpa_probe.reference import sdpa_reference
-from sdpa_probe.verdict import judge
 
 runner = CliRunner()
 

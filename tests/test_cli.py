@@ -114,7 +114,7 @@ def test_a_kernel_file_without_sdpa_forward_is_a_usage_error(tmp_path, cmd):
 
 
 def test_failures_of_one_kind_print_once_with_the_other_ids():
-    from sdpa_probe.cli.check_cmd import GROUP_AT, group_failures
+    from sdpa_probe.cli.check_render import GROUP_AT, group_failures
 
     def rec(case, reason, backend="user:k.c", status="fail"):
         return {"case": case, "reason": reason, "backend": backend, "status": status}

@@ -12,11 +12,13 @@ from typer.testing import CliRunner
 from sdpa_probe import golden
 from sdpa_probe.backends import NativeBackend, TorchBackend, executorch_library
 from sdpa_probe.cases import Case, suite
+from sdpa_probe.check.calls import run_one
+from sdpa_probe.check.pool import WorkerPool
 from sdpa_probe.cli import app
 from sdpa_probe.errors import ProbeError
-from sdpa_probe.harness import WorkerPool, prepare_case, run_one
 from sdpa_probe.invalid_args import INVALID
 from sdpa_probe.native import load_user_kernel
+from sdpa_probe.oracle import prepare_case
 
 SRC = EXAMPLE_KERNEL.read_text()
 VALIDATE = "int st = sdpa_validate_args(a);"

@@ -8,8 +8,9 @@ import pytest
 from sdpa_probe import golden, native
 from sdpa_probe.backends import NativeBackend
 from sdpa_probe.cases import Case, suite, tolerance
-from sdpa_probe.harness import prepare_case, run_one
+from sdpa_probe.check.calls import run_one
 from sdpa_probe.inputs import materialise, out_buffer
+from sdpa_probe.oracle import prepare_case
 
 KERNELS = ["decomposed", "flash", "flash_maskskip", "quant_int8", "quant_int8_alloc"]
 CASES = suite("default")

@@ -11,8 +11,9 @@ from conftest import EXAMPLE_KERNEL
 
 from sdpa_probe.backends import NativeBackend
 from sdpa_probe.cases import suite
-from sdpa_probe.harness import prepare_case, run_one
+from sdpa_probe.check.calls import run_one
 from sdpa_probe.native import load_user_kernel
+from sdpa_probe.oracle import prepare_case
 
 ONLINE_KERNEL = EXAMPLE_KERNEL.with_name("online_sdpa.c")
 
