@@ -25,6 +25,7 @@ def three_kv_heads(x: torch.Tensor) -> torch.Tensor:
 class TorchBackend:
     name = "torch"
     INVALID = ("heads-not-multiple",)
+    TIMES_INT8_AS_F32 = True  # (its timer's int8 inputs are the dequantised float32 values)
 
     @classmethod
     def why_unavailable(cls) -> str | None:

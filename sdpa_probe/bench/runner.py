@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import TOOL, machine, native
-from ..backends import Unsupported, executorch_version, is_kernel_file, parse
+from ..backends import REGISTERED, Unsupported, executorch_version, is_kernel_file, parse
 from ..caller_state import Guard
 from ..errors import ProbeError, SdpaInvalid, SdpaUnsupported
 from ..party import NativeParty, Party
@@ -300,10 +300,11 @@ def _peer_parties(s: _Session, shape: Shape, names: list[str], sets: list, f32_s
         if why:
             skips[p] = why
             continue
-        # torch's float32 inputs on an int8 shape rotate through as many sets as F32 needs
+        # a peer that reads an int8 shape as float32 rotates through as many sets as F32 needs
+        as_f32 = kernel is None and getattr(REGISTERED.get(p), "TIMES_INT8_AS_F32", False)
         try:
             party = make_party(kernel or p, shape,
-                               sets[:f32_sets] if p == "torch" and shape.dtype == "i8" else sets,
+                               sets[:f32_sets] if as_f32 and shape.dtype == "i8" else sets,
                                s.threads)
         except Unsupported as exc:
             skips[p] = str(exc)

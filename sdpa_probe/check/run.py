@@ -117,11 +117,11 @@ def last_failed_filter(req: CheckRequest, cases: list[Case],
     return cases, None
 
 
-def cache_sizing_records(names: list[str]) -> list[Record]:
+def cache_sizing_records(specs: list[BackendSpec]) -> list[Record]:
     """The cache-sizing suite (ring / sink KV caches) through one float native kernel:
     flash if it is being checked, else the first float native kernel asked for."""
-    known = native.builtin_kernels()
-    floats = [n for n in names if n in known and "f32" in known[n].info.dtypes]
+    floats = [s.name for s in specs
+              if s.kind == "native" and "f32" in native.get_kernel(s.name).info.dtypes]
     if not floats:
         return []
     name = "flash" if "flash" in floats else floats[0]
@@ -169,7 +169,7 @@ def run_check(req: CheckRequest, cases: list[Case],
                    fresh_per_job=req.isolate).run([(c, req.names) for c in cases], collect)
     if runs_cache_sizing(req):
         # -k, --skip (and --last-failed) filter these records by id too
-        records += [r for r in cache_sizing_records(req.names)
+        records += [r for r in cache_sizing_records(req.specs)
                     if wanted(r.case, req.k, req.skip)
                     and (keep_ids is None or r.case in keep_ids)]
     seconds = time.perf_counter() - t0
