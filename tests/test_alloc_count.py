@@ -121,9 +121,9 @@ def test_threads_started_per_call_are_counted_and_a_pool_is_not(tmp_path):
                              {"shape": "decode-h8kv4d64-kv512-f32", "party": "flash"}],
                             threads=2)
     assert per_call["threads"] == 4 and pool["threads"] == 0
-    notes = bench._thread_start_notes([{"kernel": "user:t.c", "shape": "s",
+    notes = bench._thread_start_notes([{"kernel": "t.c", "shape": "s",
                                         "allocs": per_call, "peers": {"flash": {"allocs": pool}}}])
-    assert notes == ["user:t.c starts 4 threads on every call (e.g. s): a thread pool kept "
+    assert notes == ["t.c starts 4 threads on every call (e.g. s): a thread pool kept "
                      "between calls would not"]
     assert bench_cmd._allocs_cell(per_call).endswith("[yellow]4 threads[/]")
 

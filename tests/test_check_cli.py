@@ -111,7 +111,7 @@ def test_failures_list_on_a_narrow_console_table_on_a_wide_one(tmp_path, monkeyp
         at = lines.index(head[0])
         # (the long backend path on a line of its own, indented, not wrapped to the
         # margin; the reason after it, indented)
-        assert lines[at + 1].startswith("        user:"), res.output
+        assert lines[at + 1].startswith(f"        {tmp_path}"[:40]), res.output
         assert any(ln.startswith("        error above tolerance at")
                    for ln in lines[at + 2:at + 5]), res.output
         assert "probe check --kernel" in "\n".join(lines[at + 2:at + 7])
@@ -184,7 +184,7 @@ def test_repro_json_carries_the_verdict_the_worst_element_and_the_map(tmp_path):
     doc = json.loads(res.stdout)
     assert doc["schema"] == "sdpa_probe.repro/1" and doc["case"] == case_id
     status = {r["backend"]: r["status"] for r in doc["records"]}
-    user = f"user:{bad}"
+    user = str(bad)
     assert status == {"flash": "pass", user: "fail"}
     emap = doc["detail"][user]["error_map"]  # query rows x heads, null = NaN output
     assert len(emap) == 5 and all(len(row) == 4 for row in emap)

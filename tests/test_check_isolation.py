@@ -23,9 +23,9 @@ def test_crash_and_hang_are_isolated(tmp_path):
                            "if (a->kv_len > 1000) { volatile int *p = 0; *p = 1; }")
     hang = write_variant(tmp_path, "hang",
                           "if (a->kv_len == 77) { volatile int x = 1; while (x) {} }")
-    names = [f"user:{crash}", f"user:{hang}"]
+    names = [str(crash), str(hang)]
     for n in names:
-        load_user_kernel(n[5:])
+        load_user_kernel(n)
     cases = [Case("iso", kv_len=2000), Case("iso", kv_len=77), Case("iso", kv_len=30)]
     records = []
     WorkerPool(jobs=1, timeout=4.0).run([(c, names) for c in cases], records.append)

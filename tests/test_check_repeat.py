@@ -159,7 +159,7 @@ def test_a_failure_right_on_fresh_copies_names_the_case_run_before_it(tmp_path):
 
     path = tmp_path / "k_dequant.c"
     path.write_text(_pointer_cache_kernels()["k_dequant.c"])
-    backend = NativeBackend("user:k_dequant.c", load_user_kernel(path))
+    backend = NativeBackend(str(path), load_user_kernel(path))
     first = next(c for c in suite("default") if c.id == "dtype-h8gqa4-q1-kv129-d64-i8")
     then = dataclasses.replace(first, seed=first.seed + 1)
     prep = prepare_case(first)
@@ -237,7 +237,7 @@ def test_repro_after_replays_the_case_a_failure_depends_on(tmp_path):
     res = runner.invoke(app, ["check", "--kernel", str(path), "--repro", case,
                               "--after", before])
     text = " ".join(res.output.split())
-    assert res.exit_code == 1 and f"ran first: user:{path} on {before}: pass" in text, text
+    assert res.exit_code == 1 and f"ran first: {path} on {before}: pass" in text, text
     assert f"on {case}: fail - error above tolerance" in text, text
     res = runner.invoke(app, ["check", "--kernel", str(path), "--after", before])
     assert res.exit_code == 2 and "--after needs --repro" in res.output

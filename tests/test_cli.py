@@ -115,9 +115,10 @@ def test_a_kernel_file_without_sdpa_forward_is_a_usage_error(tmp_path, cmd):
 
 def test_failures_of_one_kind_print_once_with_the_other_ids():
     from sdpa_probe.cli.check_render import GROUP_AT, group_failures
+    from sdpa_probe.records import Record
 
-    def rec(case, reason, backend="user:k.c", status="fail"):
-        return {"case": case, "reason": reason, "backend": backend, "status": status}
+    def rec(case, reason, backend="k.c", status="fail"):
+        return Record(backend, case, "decode", status=status, reason=reason)
 
     records = [rec("a", "error above tolerance at 3 elements: worst |err| 0.5 at b=0 q=1"),
                rec("b", "1 output elements never written (poison left), first at b=0 q=0"),

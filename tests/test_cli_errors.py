@@ -294,8 +294,8 @@ def test_bench_survives_a_kernel_that_segfaults(segfault_kernel):
                               "--vs", "", "--rounds", "1", "--min-time", "0", "--json", "-"])
     assert res.exit_code == 1 and "Traceback" not in res.output  # reported, and not a pass
     doc = json.loads(res.stdout)
-    assert doc["results"] == [] and doc["crashed"] == [f"{SHAPE}: user:segv.c"]
-    assert any("user:segv.c crashed in a trial call (SIGSEGV): skipped" in n
+    assert doc["results"] == [] and doc["crashed"] == [f"{SHAPE}: segv.c"]
+    assert any("segv.c crashed in a trial call (SIGSEGV): skipped" in n
                for n in doc["notes"])
 
 
@@ -310,7 +310,7 @@ def test_bench_and_profile_survive_a_kernel_that_calls_exit(tmp_path, code):
                               "--rounds", "1", "--min-time", "0", "--json", "-"])
     assert res.exit_code == 1, res.output
     doc = json.loads(res.stdout)
-    assert doc["crashed"] == [f"{SHAPE}: user:quits.c"]
+    assert doc["crashed"] == [f"{SHAPE}: quits.c"]
     assert any(f"exited (code {code}) inside the call" in n for n in doc["notes"])
     _usage_error(PROFILE + ["--kernel", str(k)], f"exited (code {code}) inside the call")
     res = runner.invoke(app, ["check", "--kernel", str(k), "--repro", CASE])
@@ -320,7 +320,7 @@ def test_bench_and_profile_survive_a_kernel_that_calls_exit(tmp_path, code):
 
 def test_profile_refuses_a_kernel_that_segfaults(segfault_kernel):
     _usage_error(PROFILE + ["--kernel", str(segfault_kernel)],
-                 "attention user (user:segv.c) crashed in a trial call: SIGSEGV; reproduce: "
+                 "attention user (segv.c) crashed in a trial call: SIGSEGV; reproduce: "
                  f"probe run --kernel {segfault_kernel} --heads 9 --kv-heads 3")
 
 

@@ -28,7 +28,7 @@ ARGS = [c for c in suite("default") if c.invalid]
 def _kernel(tmp_path, name: str, src: str):
     path = tmp_path / name
     path.write_text(src)
-    return NativeBackend(f"user:{path}", load_user_kernel(path))
+    return NativeBackend(str(path), load_user_kernel(path))
 
 
 def test_the_default_suite_has_one_case_per_invalid_argument():
@@ -49,7 +49,7 @@ def test_a_kernel_without_validation_fails_or_crashes_on_every_invalid_call(tmp_
     res = CliRunner().invoke(app, ["check", "--kernel", str(path), "-k", "-invalid-",
                                    "--json", str(out)])
     assert res.exit_code == 1, res.output
-    recs = [r for r in json.loads(out.read_text())["records"] if r["backend"].startswith("user")]
+    recs = [r for r in json.loads(out.read_text())["records"] if r["backend"] == str(path)]
     assert len(recs) == len(INVALID)
     by = {r["case"].rsplit("-invalid-", 1)[1]: r for r in recs}
     for name, r in by.items():

@@ -17,6 +17,7 @@ import tempfile
 import time
 from multiprocessing.connection import wait
 
+from ..backends import parse
 from ..cases import Case
 from ..children import died_in_call, last_words, signal_name
 from ..invalid_args import describe
@@ -138,7 +139,10 @@ class WorkerPool:
         self._kill(slot)
 
     def run(self, work: list[tuple[Case, list[str]]], on_record) -> None:
-        queue = collections.deque(work)
+        """Each (case, backend names) job on the workers; on_record(record) for every
+        backend of every job, as it comes. (Names as the records will carry them: a
+        kernel file's older `user:` form is read as the file.)"""
+        queue = collections.deque((case, [parse(n).name for n in names]) for case, names in work)
         self.slots = [self._spawn() for _ in range(min(self.n, len(queue)) or 1)]
         try:
             while queue or any(s.case is not None for s in self.slots):

@@ -152,11 +152,11 @@ def list_cases(out: Output, cases: list[Case], json_path: str | None) -> None:
     if json_path:
         out.write_json(json_path, {"cases": rows})
     if json_path != "-":  # plain lines, never folded: the ids are for copying into -k
-        w = max((len(r.id) for r in rows), default=2)
+        w = max((len(r["id"]) for r in rows), default=2)
         out.print(f"{'id':<{w}}  {'atol':>8}  {'rtol':>6}  {'FLOPs':>13}  {'bytes':>11}",
                   style="bold", soft_wrap=True)
         for r in rows:
-            tol = ("       -       -" if r.atol is None
+            tol = ("       -       -" if r["atol"] is None
                    else f"{r['atol']:>8.2g}  {r['rtol']:>6.2g}")
             out.print(f"{r['id']:<{w}}  {tol}  {r['flops']:>13,}  {r['bytes']:>11,}",
                       soft_wrap=True)
