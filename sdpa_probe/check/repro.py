@@ -1,0 +1,137 @@
+"""`probe check --repro CASE_ID` as one function: the case (after the `after` cases)
+in a worker on each backend, crash-safe, then again in this process for the output
+the error map is drawn from. The command line renders the Repro."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from ..backends import make
+from ..cases import Case, all_cases, tolerance
+from ..cases import find_case as cases_find_case
+from ..errors import ProbeError
+from ..judge import repeat
+from ..judge.verdict import error_map
+from ..oracle import Prepared, prepare_case
+from ..records import FAILING, Record
+from ..report import save_repro
+from .calls import run_one
+from .pool import WorkerPool
+
+REPRO_SCHEMA = "sdpa_probe.repro/1"
+
+
+@dataclasses.dataclass
+class Detail:
+    """Where one backend's output is wrong: its record, values, reference and error map
+    (max |error| per query row and head; NaN for NaN / Inf output)."""
+
+    record: Record
+    values: np.ndarray
+    reference: np.ndarray
+    error_map: np.ndarray
+
+    def worst(self) -> dict | None:
+        if self.record.worst is None:
+            return None
+        b, i, h, d = (int(x) for x in self.record.worst)
+        return {"b": b, "q": i, "h": h, "d": d, "out": float(self.values[b, i, h, d]),
+                "ref": float(self.reference[b, i, h, d])}
+
+
+@dataclasses.dataclass
+class Repro:
+    case: Case
+    ran_first: list[Record]        # the `after` cases' records (not this repro's verdicts)
+    records: list[Record]          # the case's, one per backend, from the worker
+    details: dict[str, Detail]     # backend -> its output, for those that made one
+    atol: float                    # the case's tolerance before torch's floor
+    rtol: float
+    saved: list[Path]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(r.status in FAILING for r in self.records) else 0
+
+    def document(self) -> dict:
+        """The JSON document (REPRO_SCHEMA)."""
+        detail = {}
+        for name, d in self.details.items():
+            r = d.record
+            detail[name] = {
+                "max_abs_err": r.max_abs_err, "max_rel_err": r.max_rel_err, "nmse": r.nmse,
+                "atol": r.atol, "rtol": self.rtol, "worst": d.worst(),
+                "error_map": [[float(v) if np.isfinite(v) else None for v in row]
+                              for row in d.error_map]}
+        doc = {"schema": REPRO_SCHEMA, "case": self.case.id, "params": self.case.params(),
+               "ran_first": [r.as_dict() for r in self.ran_first],
+               "records": [r.as_dict() for r in self.records], "detail": detail}
+        if self.saved:
+            doc["saved"] = [str(p) for p in self.saved]
+        return doc
+
+
+def find_case(case_id: str) -> Case:
+    cases = all_cases()
+    found = cases_find_case(case_id, cases)
+    if found is not None:
+        return found
+    close = [c for c in cases if case_id in c][:5]
+    hint = f"; did you mean {', '.join(close)}" if close else ""
+    raise ProbeError(f"unknown case id {case_id!r}{hint} (list them: probe check --list "
+                     f"--suite full)")
+
+
+def reproduce(case_id: str, names: list[str], *, timeout: float, seed: int = 0,
+              setup: dict | None = None, after: list[str] = (), save: Path | None = None,
+              force: bool = False) -> Repro:
+    """The case's records from a worker (started with `setup`, as check's are), each
+    backend's output from this process, and with `save` its inputs, reference and a
+    torch-only script written there. The `after` cases run first, on the same backends
+    in the same process each time."""
+    setup = setup or {}
+    case, first = find_case(case_id), [find_case(c) for c in after]
+    if seed:
+        case = dataclasses.replace(case, seed=case.seed + seed)
+        first = [dataclasses.replace(c, seed=c.seed + seed) for c in first]
+    _check_save(case, save, force)
+    records: list[Record] = []
+    # crash-safe first: a kernel that takes its process down only costs the worker
+    WorkerPool(jobs=1, timeout=timeout, setup=setup).run(
+        [(c, names) for c in first] + [(case, names)], records.append)
+    n_first = len(records) - len(names)  # (one record per backend and case, in order)
+    prep = prepare_case(case)
+    saved, repeat.LEAK_CHECK = repeat.LEAK_CHECK, setup.get("leak_check", True)
+    try:
+        details = {r.backend: _detail(r.backend, case, first, prep)
+                   for r in records[n_first:] if _has_output(r, case)}
+    finally:
+        repeat.LEAK_CHECK = saved
+    paths = save_repro(save, case, prep.data, prep.ref, ",".join(names)) if save else []
+    return Repro(case, records[:n_first], records[n_first:], details, *tolerance(case), paths)
+
+
+def _check_save(case: Case, save: Path | None, force: bool) -> None:
+    if save is not None and case.invalid:
+        raise ProbeError(f"--save: {case.id} is an invalid call, judged on its status, with "
+                         "no reference to save")
+    if save is not None and save.exists() and any(save.glob(f"{case.id}.*")) and not force:
+        raise ProbeError(f"{save} already holds files for {case.id}; use --force to overwrite")
+
+
+def _has_output(rec: Record, case: Case) -> bool:
+    # (an invalid call has no output to map: its status is the verdict)
+    return rec.status not in ("crash", "timeout", "unsupported", "error") and not case.invalid
+
+
+def _detail(name: str, case: Case, first: list[Case], prep: Prepared) -> Detail:
+    backend = make(name)
+    for c in first:  # (the same history in this process, before the call shown)
+        run_one(backend, c, prepare_case(c))
+    full = run_one(backend, case, prep, keep_output=True)
+    values = full.output.values()
+    ref = full.reference if full.reference is not None else prep.ref
+    return Detail(full, values, ref, error_map(values, ref))
