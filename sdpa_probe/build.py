@@ -5,6 +5,12 @@ CPU model and package version, so a change to any of them builds a new module
 beside the old one. A build happens in a temporary directory, the finished
 module is moved into place with os.replace, and a file lock keeps parallel
 test workers from building the same key twice.
+
+A module is looked up before anything is locked, so a read-only cache that holds it
+is used as it is; one that does not gets the build in a per-user fallback folder,
+said once on stderr. Each module has its content hash beside it (<module>.sha256),
+checked before it is loaded: a truncated or altered module is rebuilt, never handed
+to the dynamic loader (which dies of SIGBUS on a truncated one).
 """
 
 from __future__ import annotations
@@ -178,11 +184,93 @@ def _key(spec: BuildSpec, cc: list[str], cc_version: str, flags: list[str],
                    sorted(set(spec.sources) | set(spec.headers)))
 
 
+HASH_SUFFIX = ".sha256"
+_said: set[Path] = set()  # the fallback folders already named on stderr
+
+
+def _sidecar(module: Path) -> Path:
+    return module.with_name(module.name + HASH_SUFFIX)
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def damaged(module: Path) -> str | None:
+    """None if the module is there with the content hash beside it, else why not."""
+    try:
+        want = _sidecar(module).read_text().strip()
+    except FileNotFoundError:
+        return "not built" if not module.exists() else "it has no content hash beside it"
+    except OSError as exc:
+        return f"its content hash cannot be read: {exc.strerror}"
+    try:
+        got = _file_sha256(module)
+    except FileNotFoundError:
+        return "not built"
+    except OSError as exc:
+        return f"it cannot be read: {exc.strerror}"
+    return None if got == want else "its bytes do not match its content hash (damaged)"
+
+
+def _seal(module: Path) -> None:
+    """Write the module's content hash beside it, atomically."""
+    side = _sidecar(module)
+    tmp = side.with_name(f".{side.name}.{os.getpid()}")
+    tmp.write_text(_file_sha256(module) + "\n")
+    os.replace(tmp, side)
+
+
+def fallback_root() -> Path:
+    """Where modules are built when the cache cannot be written: one folder per user."""
+    return Path(tempfile.gettempdir()) / f"sdpa_probe-cache-{os.getuid()}"
+
+
+def _writable(root: Path) -> bool:
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(root, os.W_OK | os.X_OK)
+
+
+def _build_root(root: Path) -> Path:
+    """The cache itself if it can be written, else the fallback (said once)."""
+    if _writable(root):
+        return root
+    fb = fallback_root()
+    if not _writable(fb):
+        raise BuildError(f"cannot build into the build cache {root} (not writable) nor into "
+                         f"{fb}: set SDPA_PROBE_CACHE to a writable directory")
+    if fb not in _said:
+        _said.add(fb)
+        print(f"note: the build cache {root} is not writable; building into {fb}",
+              file=sys.stderr)
+    return fb
+
+
+def _clean_stale_builds(root: Path, module_name: str) -> None:
+    """Build folders of this module left by a killed build (the caller holds its lock,
+    so no build of it is running)."""
+    for p in root.glob(f"sdpa_probe_build_{module_name}_*"):
+        shutil.rmtree(p, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def file_lock(path: Path):
-    """An exclusive flock on path (created if needed) for the duration of the block."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
+    """An exclusive flock on path (created if needed) for the duration of the block; no
+    lock where it cannot be created (a read-only cache: nothing there is written)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "a")  # noqa: SIM115 (closed below, after the unlock)
+    except OSError:
+        yield
+        return
+    with fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield
@@ -200,7 +288,8 @@ def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str],
 
     ffi = cffi.FFI()
     ffi.cdef(spec.cdef)
-    with tempfile.TemporaryDirectory(prefix="sdpa_probe_build_", dir=dest.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"sdpa_probe_build_{module_name}_",
+                                     dir=dest.parent) as tmp:
         objects = _compile_objects(spec, module_name, cc, flags, Path(tmp), cxx)
         ffi.set_source(
             module_name,
@@ -238,6 +327,7 @@ def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str],
             raise BuildError(f"compiling {module_name} failed: {' '.join(cc)} exited 0 but "
                              f"wrote no {Path(built).name}")
         os.replace(built, dest)
+    _seal(dest)
 
 
 def _first_error(compiler_output: str, otherwise: str) -> str:
@@ -302,14 +392,12 @@ def _redirect_fd(fd: int, fileobj):
 
 
 def _usable_cache_root() -> Path:
-    """The build cache, created if need be; a BuildError saying why it cannot be used."""
+    """The build cache (created where it can be: one that cannot be written is read,
+    and builds go to fallback_root()); a BuildError if it is not a directory."""
     root = cache_root()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        why = "not a directory" if root.exists() else exc.strerror
-        raise BuildError(f"cannot use the build cache {root}: {why} (set SDPA_PROBE_CACHE "
-                         "to a writable directory)") from None
+    if root.exists() and not root.is_dir():
+        raise BuildError(f"cannot use the build cache {root}: not a directory (set "
+                         "SDPA_PROBE_CACHE to a writable directory)")
     return root
 
 
@@ -332,12 +420,19 @@ def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
     for n, flags in enumerate(attempts):
         key = _key(spec, cc_cmd, cc_version, flags, cxx)
         module_name = f"_{spec.stem}_{key}"
-        dest = root / (module_name + _ext_suffix())
-        with file_lock(root / (module_name + ".lock")):
-            reason = str(last_error) if n > 0 and last_error is not None else ""
-            if dest.exists() and not force:
+        name = module_name + _ext_suffix()
+        reason = str(last_error) if n > 0 and last_error is not None else ""
+        found = None if force else _find_intact(name, root)
+        if found is not None:  # (looked up without a lock: a read-only cache serves)
+            return BuildResult(module_name, found, " ".join(cc_cmd), cc_version, flags, 0.0,
+                               True, n > 0, reason, " ".join(cxx_cmd))
+        broot = _build_root(root)
+        dest = broot / name
+        with file_lock(broot / (module_name + ".lock")):
+            if not force and damaged(dest) is None:  # (built meanwhile by another process)
                 return BuildResult(module_name, dest, " ".join(cc_cmd), cc_version, flags, 0.0,
                                    True, n > 0, reason, " ".join(cxx_cmd))
+            _clean_stale_builds(broot, module_name)
             t0 = time.perf_counter()
             try:
                 _compile(spec, module_name, cc_cmd, flags, dest, cxx_cmd or None)
@@ -350,6 +445,14 @@ def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
     raise last_error
 
 
+def _find_intact(name: str, root: Path) -> Path | None:
+    """The module of this name, intact, in the cache or the fallback folder."""
+    for folder in (root, fallback_root()):
+        if damaged(folder / name) is None:
+            return folder / name
+    return None
+
+
 def build_preload(source: Path, cc: str | None = None) -> Path:
     """Build (or find in the cache) a plain shared library to LD_PRELOAD from one C
     source: no cffi module, nothing Python loads; keyed like the modules."""
@@ -358,11 +461,18 @@ def build_preload(source: Path, cc: str | None = None) -> Path:
     key = _digest((" ".join(cc_cmd), compiler_version(cc_cmd), " ".join(flags), __version__),
                   [source])
     root = _usable_cache_root()
-    dest = root / f"_preload_{source.stem}_{key}.so"
+    name = f"_preload_{source.stem}_{key}.so"
+    found = _find_intact(name, root)
+    if found is not None:
+        return found
+    root = _build_root(root)
+    dest = root / name
     with file_lock(root / (dest.stem + ".lock")):
-        if dest.exists():
+        if damaged(dest) is None:
             return dest
-        with tempfile.TemporaryDirectory(prefix="sdpa_probe_build_", dir=root) as tmp:
+        _clean_stale_builds(root, dest.stem)
+        with tempfile.TemporaryDirectory(prefix=f"sdpa_probe_build_{dest.stem}_",
+                                         dir=root) as tmp:
             built = Path(tmp) / dest.name
             try:
                 proc = subprocess.run([*cc_cmd, *flags, str(source), "-o", str(built)],
@@ -373,6 +483,7 @@ def build_preload(source: Path, cc: str | None = None) -> Path:
                 raise BuildError(f"compiling {source.name} failed: "
                                  + _first_error(proc.stderr, f"exit {proc.returncode}"))
             os.replace(built, dest)
+        _seal(dest)
     return dest
 
 
@@ -400,7 +511,7 @@ def clear_cache() -> int:
     n = 0
     if root.is_dir():
         for p in root.iterdir():
-            if p.name.startswith("_") and (p.suffix in (".so", ".lock") or p.name.endswith(".so")):
+            if p.name.startswith("_") and p.name.endswith((".so", ".lock", HASH_SUFFIX)):
                 p.unlink(missing_ok=True)
                 n += 1
         shutil.rmtree(root / "tmp", ignore_errors=True)
