@@ -28,5 +28,6 @@ int sdpa_probe_caller_state_restore(const sdpa_probe_caller_state *before,
                                     const sdpa_probe_caller_state *now);
 int64_t sdpa_probe_environ_text(char *buf, int64_t cap);
 int sdpa_probe_environ_put(const char *name, const char *value);
+int sdpa_probe_die_with_parent(int64_t parent_pid);
 """
 INCLUDE = '#include "sdpa_probe_caller.h"\n'

@@ -49,6 +49,13 @@ def _environ() -> dict[str, str]:
     return env
 
 
+def die_with_parent(parent_pid: int) -> int:
+    """This process is SIGKILLed when parent_pid ends, however it ends (a worker whose
+    run was killed does not spin on); 0, 1 if the parent has gone already, -1 where the
+    system cannot do it."""
+    return int(native_lib()[1].sdpa_probe_die_with_parent(parent_pid))
+
+
 def read() -> CallerState:
     ffi, lib = native_lib()[:2]
     raw = ffi.new("sdpa_probe_caller_state *")

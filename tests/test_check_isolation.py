@@ -2,7 +2,13 @@
 record naming its cause, the other cases' run going on."""
 
 import json
+import os
 import platform
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from conftest import needs_cxx
@@ -112,3 +118,68 @@ def test_the_heap_guard_stays_off_under_a_users_preload(monkeypatch):
     assert pool.malloc_debug_library() is None
     assert pool.explain_heap_abort("free(): invalid pointer")
     assert not pool.explain_heap_abort("Assertion `x' failed.")
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every process below pid (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            children.setdefault(ppid, []).append(int(d.name))
+    found, todo = set(), [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            found.add(c)
+            todo.append(c)
+    return found
+
+
+def _running(pids: set[int]) -> set[int]:
+    alive = set()
+    for p in pids:
+        try:
+            state = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        if state[state.rindex(")") + 2] != "Z":
+            alive.add(p)
+    return alive
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_run_leaves_no_process_behind(tmp_path, sig):
+    """probe check killed while a kernel spins: its workers end with it (a parent-death
+    signal for SIGKILL; SIGTERM ends the run as an error does), and their logs go."""
+    mark = tmp_path / "spinning"
+    hang = write_variant(tmp_path, "spin",
+                         f'{{ FILE *f = fopen("{mark}", "w"); if (f) fclose(f); '
+                         "volatile int x = 1; while (x) {} }")
+    hang.write_text("#include <stdio.h>\n" + hang.read_text())
+    env = dict(os.environ, TMPDIR=str(tmp_path), SDPA_PROBE_LAST_CHECK=str(tmp_path / "l.json"))
+    probe = subprocess.Popen([sys.executable, "-m", "sdpa_probe", "check", "--kernel", str(hang),
+                              "-k", "decode-h8gqa4-q1-kv129", "--timeout", "600"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        t0 = time.monotonic()
+        while not mark.exists() and time.monotonic() - t0 < 300 and probe.poll() is None:
+            time.sleep(0.2)
+        assert mark.exists(), "the kernel never ran"
+        below = _descendants(probe.pid)
+        assert below
+        probe.send_signal(sig)
+        probe.wait(30)
+        t0 = time.monotonic()
+        while _running(below) and time.monotonic() - t0 < 5:
+            time.sleep(0.1)
+        assert not _running(below)
+        if sig == signal.SIGTERM:
+            assert probe.returncode == 128 + signal.SIGTERM
+            assert not list(tmp_path.glob("sdpa_probe_check_*"))
+    finally:
+        if probe.poll() is None:
+            probe.kill()

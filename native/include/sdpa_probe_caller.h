@@ -54,6 +54,10 @@ int sdpa_probe_caller_state_restore(const sdpa_probe_caller_state *before,
 int64_t sdpa_probe_environ_text(char *buf, int64_t cap);
 /* setenv(name, value, 1), or unsetenv(name) for a NULL value. */
 int sdpa_probe_environ_put(const char *name, const char *value);
+/* A worker process: SIGKILL when the process that started it (parent_pid) ends, however
+ * it ends (prctl PR_SET_PDEATHSIG, Linux); -1 where it cannot be asked for, 1 if the
+ * parent has already gone. */
+int sdpa_probe_die_with_parent(int64_t parent_pid);
 
 #ifdef __cplusplus
 }

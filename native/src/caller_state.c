@@ -176,6 +176,17 @@ int64_t sdpa_probe_environ_text(char *buf, int64_t cap) {
   return need;
 }
 
+int sdpa_probe_die_with_parent(int64_t parent_pid) {
+#ifdef PR_SET_PDEATHSIG
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) return -1;
+  /* the parent may have ended before the request: the signal would never come */
+  return (int64_t)getppid() != parent_pid ? 1 : 0;
+#else
+  (void)parent_pid;
+  return -1;
+#endif
+}
+
 int sdpa_probe_environ_put(const char *name, const char *value) {
   if (name == NULL || name[0] == '\0' || strchr(name, '=') != NULL) return -1;
   return value == NULL ? unsetenv(name) : setenv(name, value, 1);

@@ -10,12 +10,17 @@ worker; if a backend exceeds its time limit, it is `timeout`."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import multiprocessing as mp
 import os
+import shutil
+import signal
 import tempfile
+import threading
 import time
 from multiprocessing.connection import wait
+from pathlib import Path
 
 from ..backends import parse
 from ..cases import Case
@@ -76,6 +81,40 @@ def explain_heap_abort(said: str) -> str:
             "a pointer freed that malloc did not return)")
 
 
+LOG_PREFIX = "sdpa_probe_check_"  # + the pid of the run: its workers' logs
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (another user's: alive)
+        return True
+    return True
+
+
+def _clean_stale_logdirs() -> None:
+    """The worker-log folders of runs that were killed (their pid no longer runs)."""
+    for p in Path(tempfile.gettempdir()).glob(f"{LOG_PREFIX}*"):
+        pid = p.name[len(LOG_PREFIX):].split("_", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _end_on_sigterm():
+    """SIGTERM ends the run as an exception does (exit 143), so that its workers are
+    killed on the way out; the previous handler (to put back), or None off the main
+    thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def end(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, end)
+
+
 class WorkerPool:
     """Runs jobs on N worker processes with crash and timeout isolation."""
 
@@ -89,15 +128,16 @@ class WorkerPool:
         self.setup = setup or {}
         self.ctx = mp.get_context("spawn")
         self.slots: list[_Slot] = []
-        self.logdir = tempfile.TemporaryDirectory(prefix="sdpa_probe_check_")
+        _clean_stale_logdirs()
+        self.logdir = tempfile.TemporaryDirectory(prefix=f"{LOG_PREFIX}{os.getpid()}_")
         self.n_spawned = 0
 
     def _spawn(self) -> _Slot:
         parent, child = self.ctx.Pipe()
         self.n_spawned += 1
         log = os.path.join(self.logdir.name, f"worker{self.n_spawned}.log")
-        proc = self.ctx.Process(target=worker_main, args=(child, {**self.setup, "log": log}),
-                                daemon=True)
+        setup = {**self.setup, "log": log, "parent": os.getpid()}
+        proc = self.ctx.Process(target=worker_main, args=(child, setup), daemon=True)
         # glibc fills every block the worker mallocs with 0x7F bytes (3.4e38 as F32, NaN
         # as F16): a kernel that reads scratch it never wrote gets garbage every time,
         # not what the heap held (often zeros: a pass by luck). Without the per-thread
@@ -124,6 +164,10 @@ class WorkerPool:
 
     @staticmethod
     def _kill(slot: _Slot) -> None:
+        """The worker and its process group: what a kernel forked dies with it."""
+        if slot.proc.pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(slot.proc.pid, signal.SIGKILL)  # (its own group: worker_main)
         if slot.proc.is_alive():
             slot.proc.kill()
         slot.proc.join(5)
@@ -144,6 +188,7 @@ class WorkerPool:
         kernel file's older `user:` form is read as the file.)"""
         queue = collections.deque((case, [parse(n).name for n in names]) for case, names in work)
         self.slots = [self._spawn() for _ in range(min(self.n, len(queue)) or 1)]
+        on_term = _end_on_sigterm()
         try:
             while queue or any(s.case is not None for s in self.slots):
                 for s in self.slots:
@@ -167,6 +212,8 @@ class WorkerPool:
             for s in self.slots:
                 self._retire(s)
             self.logdir.cleanup()
+            if on_term is not None:
+                signal.signal(signal.SIGTERM, on_term)
 
     def _service(self, s: _Slot, queue, on_record) -> _Slot:
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import traceback
 
+from .. import caller_state
 from ..backends import make
 from ..cases import Case
 from ..errors import CaseUnavailable
@@ -24,12 +25,15 @@ def worker_main(conn, setup: dict) -> None:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
+    os.setpgrp()  # its own process group: the pool kills it and what a kernel forked at once
 
     import torch  # deferred: after the log is in place, so that torch's own words go there
 
     torch.set_num_threads(1)
 
     configure(**setup.get("build", {}))
+    if setup.get("parent") and caller_state.die_with_parent(setup["parent"]) == 1:
+        return  # (the run ended while this worker started)
     repeat.LEAK_CHECK = setup.get("leak_check", True)
     backends: dict = {}
     earlier: dict[str, Case] = {}  # the case each backend ran last in this process
