@@ -2,7 +2,8 @@
 environment (native.fp_control): the calling thread's CPU affinity, blocked signals,
 scheduling, name and locale, and the process's signal handlers, locale, working
 directory, umask, resource limits, interval timers and environment
-(native/src/caller_state.c). `probe check` reads it around every call (verdict layer 2):
+(native/src/caller_state.c), its child processes and fds 0-2 (caller_processes).
+`probe check` reads it around every call (verdict layer 2):
 a runtime calls SDPA from its own thread per layer per token, so a kernel that pins that
 thread to one CPU, blocks its SIGINT or sets OMP_NUM_THREADS changes the program around it
 while its output is right."""
@@ -18,6 +19,7 @@ try:
 except ImportError:  # (not on every platform)
     resource = None
 
+from . import caller_processes
 from .native import describe_fp_change, fp_control, native_lib, set_fp_control
 
 # glibc sets it on every handler it installs (the kernel's default reads without it)
@@ -30,6 +32,7 @@ _SHOWN = 60  # characters of a value shown in a description
 class CallerState:
     raw: object  # sdpa_probe_caller_state (cffi)
     env: dict[str, str]
+    processes: caller_processes.ProcessState
 
 
 def _environ() -> dict[str, str]:
@@ -60,7 +63,7 @@ def read() -> CallerState:
     ffi, lib = native_lib()[:2]
     raw = ffi.new("sdpa_probe_caller_state *")
     lib.sdpa_probe_caller_state_read(raw)
-    return CallerState(raw, _environ())
+    return CallerState(raw, _environ(), caller_processes.read())
 
 
 def restore(before: CallerState, now: CallerState) -> None:
@@ -68,6 +71,7 @@ def restore(before: CallerState, now: CallerState) -> None:
     the state they expect; a timer the call armed is disarmed."""
     ffi, lib = native_lib()[:2]
     lib.sdpa_probe_caller_state_restore(before.raw, now.raw)
+    caller_processes.restore(before.processes, now.processes)
     for name in now.env.keys() - before.env.keys():
         lib.sdpa_probe_environ_put(name.encode(), ffi.NULL)
     for name, value in before.env.items():
@@ -223,7 +227,7 @@ def changes(before: CallerState, now: CallerState) -> list[str]:
             out.append(f"the environment variable {name} unset (was {_short(was)})")
         else:
             out.append(f"the environment variable {name} {_short(was)} -> {_short(is_)}")
-    return out
+    return out + caller_processes.changes(before.processes, now.processes)
 
 
 def _locale(text: str) -> dict[str, str]:

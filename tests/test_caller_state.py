@@ -12,7 +12,7 @@ import pytest
 from conftest import EXAMPLE_KERNEL
 from typer.testing import CliRunner
 
-from sdpa_probe import caller_state
+from sdpa_probe import caller_processes, caller_state
 from sdpa_probe.backends import NativeBackend
 from sdpa_probe.cases import Case
 from sdpa_probe.check.calls import run_one
@@ -138,3 +138,23 @@ def test_changes_are_described_in_words():
     now = caller_state.read()
     now.raw.blocked = before.raw.blocked | (1 << (signal.SIGTERM - 1))
     assert caller_state.changes(before, now) == ["signals blocked on the calling thread: SIGTERM"]
+
+
+@pytest.mark.parametrize("inject,said", [
+    ("if (fork() == 0) { sleep(30); _exit(0); }", "child process started"),
+    ("if (fork() == 0) _exit(0);", "child process started"),  # (a zombie left)
+    ("close(2);", "its stderr (fd 2) closed"),
+    ('{ int fd = open("/dev/null", O_WRONLY); dup2(fd, 1); close(fd); }',
+     "its stdout (fd 1) replaced"),
+])
+def test_a_kernel_that_forks_or_takes_the_standard_fds_fails(tmp_path, inject, said):
+    path = tmp_path / "k.c"
+    path.write_text("#include <fcntl.h>\n#include <unistd.h>\n" + SRC.replace(
+        "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
+        "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n  " + inject))
+    before = (os.fstat(1).st_ino, os.fstat(2).st_ino), caller_processes.read().children
+    case = Case("caller", kv_len=40)
+    rec = run_one(NativeBackend(str(path), load_user_kernel(path)), case, prepare_case(case))
+    assert rec.status == "fail" and said in rec.reason, rec.reason
+    # put back: the fds as they were, the processes it started killed and reaped
+    assert ((os.fstat(1).st_ino, os.fstat(2).st_ino), caller_processes.read().children) == before
