@@ -4,26 +4,33 @@ the caller with it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import signal
 import subprocess
 import sys
+import tempfile
 
-from . import native
+from . import caller_processes, native
 from .build import load
 from .children import child_env, died_in_call
 
+LEFT_CHANGED = "left its process changed"  # trial_call's answer for a call that returned
 # what the trial child writes last: a kernel that calls exit() ends it without this
 TRIAL_DONE = b"sdpa_probe trial call returned"
 
 
 def trial_child() -> None:
-    """The child of trial_call: (BuildResult, shape fields, threads) pickled on stdin."""
+    """The child of trial_call: (BuildResult, shape fields, threads) pickled on stdin.
+    Its verdict goes to a copy of fd 1 made before the call (a kernel may close fd 1):
+    TRIAL_DONE, then what the call left changed of the process (fds 0-2), if anything."""
     # the child's own imports: bench's run loop imports this module
     from .bench.inputs import make_inputs
     from .bench.shapes import Shape  # (the same)
 
     result, shape, threads = pickle.load(sys.stdin.buffer)
+    verdict_fd, before = os.dup(1), caller_processes.read()
     try:
         mod = load(result)
         sh = Shape(**shape)
@@ -33,26 +40,39 @@ def trial_child() -> None:
         mod.lib.sdpa_forward(call.args)
     except Exception:  # not the trial's business: the caller's own first call reports it
         pass
-    sys.stdout.flush()
-    os.write(1, b"\n" + TRIAL_DONE)
+    changed = caller_processes.changes(before, caller_processes.read())
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+    os.write(verdict_fd, b"\n" + TRIAL_DONE + "; ".join(changed).encode())
 
 
 def trial_call(result, shape: dict, threads: int = 0, timeout: float = 120.0) -> str | None:
     """Call a built user kernel (result: its BuildResult) once on a bench.Shape's fields
     in a child process, before a caller runs it in its own: None if the child lived
-    through the call, else how it died, e.g. 'SIGSEGV' or 'no return within 120 s'.
-    (Its status is not judged here; an error of the trial itself counts as lived.)"""
-
-    env = child_env()
-    try:
-        out = subprocess.run([sys.executable, "-c",
-                              "from sdpa_probe.trial_call import trial_child; trial_child()"],
-                             input=pickle.dumps((result, shape, threads)), capture_output=True,
-                             timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return f"no return within {timeout:g} s"
-    said = [ln.strip() for ln in out.stderr.decode(errors="replace").splitlines() if ln.strip()]
+    through the call and left its process as it was, else what happened, e.g. 'SIGSEGV',
+    'no return within 120 s', 'left 1 child process ...'. (Its status is not judged
+    here; an error of the trial itself counts as lived.) The child runs in a session of
+    its own, ended as a whole: a kernel that forks leaves nothing behind, and its
+    processes cannot hold the answer back."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-c",
+                                 "from sdpa_probe.trial_call import trial_child; trial_child()"],
+                                stdin=subprocess.PIPE, stdout=out, stderr=err, env=child_env(),
+                                start_new_session=True)
+        try:
+            proc.communicate(pickle.dumps((result, shape, threads)), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return f"no return within {timeout:g} s"
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # (what the kernel started)
+            proc.wait()
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read().decode(errors="replace")
+    said = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     tail = f"; it printed: {said[-1][:240]}" if said else ""
-    if out.returncode < 0 or not out.stdout.endswith(TRIAL_DONE):  # (ended inside the call)
-        return died_in_call(out.returncode) + tail
-    return None
+    if proc.returncode < 0 or TRIAL_DONE not in stdout:  # (ended inside the call)
+        return died_in_call(proc.returncode) + tail
+    changed = stdout.rsplit(TRIAL_DONE, 1)[1].decode(errors="replace").strip()
+    return f"{LEFT_CHANGED}: {changed}" if changed else None

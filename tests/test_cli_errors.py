@@ -318,6 +318,27 @@ def test_bench_and_profile_survive_a_kernel_that_calls_exit(tmp_path, code):
     assert "exit() in the kernel?" in " ".join(res.output.split())
 
 
+@pytest.mark.parametrize("body,said", [
+    ("if (fork() == 0) { sleep(60); _exit(0); }", "child process started"),
+    ("close(1); close(2);", "its stdout (fd 1) closed; its stderr (fd 2) closed"),
+])
+def test_bench_and_profile_refuse_a_kernel_that_forks_or_closes_its_fds(tmp_path, body, said):
+    """A forked child held the trial's output open (120 s, then "a hang"); a kernel that
+    closed fd 1 took the trial's answer with it (then "exit() in the kernel?")."""
+    k = tmp_path / "rude.c"
+    k.write_text("#include <unistd.h>\n#include \"sdpa_probe.h\"\n"
+                 f"int sdpa_forward(const sdpa_args *a) {{ (void)a; {body} return 0; }}\n")
+    res = runner.invoke(app, ["bench", "--kernel", str(k), "--shape", SHAPE, "--vs", "",
+                              "--rounds", "1", "--min-time", "0", "--json", "-"])
+    doc = json.loads(res.stdout)
+    assert doc["results"] == [] and not doc["crashed"], res.output
+    assert any("rude.c failed a trial call (left its process changed: " in n and said in n
+               for n in doc["notes"]), doc["notes"]
+    res = _usage_error(PROFILE + ["--kernel", str(k)], "attention user (rude.c) failed a trial "
+                       "call: left its process changed: ")
+    assert said in res.stderr
+
+
 def test_profile_refuses_a_kernel_that_segfaults(segfault_kernel):
     _usage_error(PROFILE + ["--kernel", str(segfault_kernel)],
                  "attention user (segv.c) crashed in a trial call: SIGSEGV; reproduce: "

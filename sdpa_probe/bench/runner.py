@@ -15,7 +15,7 @@ from ..backends import REGISTERED, Unsupported, executorch_version, is_kernel_fi
 from ..caller_state import Guard
 from ..errors import ProbeError, SdpaInvalid, SdpaUnsupported
 from ..party import NativeParty, Party
-from ..trial_call import trial_call
+from ..trial_call import LEFT_CHANGED, trial_call
 from . import host, timing
 from .allocs import count_allocs, thread_start_notes
 from .baselines import (
@@ -76,6 +76,8 @@ def first_call(party: NativeParty, left: dict[str, list[str]]) -> str | None:
     What the call left changed in its caller is put back and said in `left`."""
     if party.kernel.user and party.kernel.build is not None:
         died = trial_call(party.kernel.build, dataclasses.asdict(party.shape), party.threads)
+        if died and died.startswith(LEFT_CHANGED):  # (it returned: not a crash)
+            return f"failed a trial call ({died})"
         if died:
             return f"{TRIAL_CRASH} ({died})"
     guard = Guard(left)  # (read here, after the kernel's build)

@@ -12,7 +12,7 @@ from .. import TOOL
 from ..caller_state import Guard
 from ..errors import ProbeError
 from ..machine import mem_available
-from ..trial_call import trial_call
+from ..trial_call import LEFT_CHANGED, trial_call
 from . import builds, decode
 from .attention import Attention, check_pairs, resolve_attention
 from .measure import Run, Session, check_outputs, measure, token_rate
@@ -63,7 +63,8 @@ def try_user_kernel(att: Attention, s: Settings) -> None:
         return
     died = trial_call(att.user.result, shape, s.threads)
     if died:
-        raise ProbeError(f"attention {att.label} ({att.user.name}) crashed in a trial call: "
+        what = "failed" if died.startswith(LEFT_CHANGED) else "crashed in"
+        raise ProbeError(f"attention {att.label} ({att.user.name}) {what} a trial call: "
                          f"{died}; reproduce: probe run --kernel {att.user.path} --heads "
                          f"{sh.heads} --kv-heads {sh.kv_heads} --head-dim {sh.head_dim} "
                          f"--kv-len {shape['kv_len']} --dtype {s.cache}")
