@@ -5,10 +5,12 @@ none of them but the error type and the tool's name."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +37,35 @@ def dumps(obj: Any) -> str:
 
 
 def write_text(path: str, text: str) -> None:
-    """Write text to a path, or to stdout for '-'; an OS error is a one-line ProbeError."""
+    """Write text to a path, or to stdout for '-'; an OS error is a one-line ProbeError.
+    The path is checked again (a file of the user's may have appeared there during the
+    run), written to a temporary file beside it and renamed over it: never through a
+    symbolic link, never half a report."""
     if path == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return
+    p = Path(path).expanduser()
+    why = _refusal(p, ())
+    if why is not None:
+        raise ProbeError(f"cannot write {path}: {why} (it changed during the run; the report "
+                         "was not written)")
     try:
-        Path(path).write_text(text)
+        with tempfile.NamedTemporaryFile("w", dir=p.parent, prefix=f".{p.name}.",
+                                         delete=False) as fh:
+            fh.write(text)
+        os.chmod(fh.name, 0o666 & ~_umask())
+        os.replace(fh.name, p)
     except OSError as exc:
+        with contextlib.suppress(OSError, UnboundLocalError):
+            os.unlink(fh.name)
         raise ProbeError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: str, obj: Any) -> None:
@@ -51,18 +73,32 @@ def write_json(path: str, obj: Any) -> None:
     write_text(path, dumps(obj) + "\n")
 
 
-def check_writable(path: str | None, option: str, inputs=()) -> None:
+def check_writable(path: str | None, option: str, inputs=(), stdout_ok: bool = True) -> None:
     """Before the work, not after it: an output PATH must be a new file, an empty one
     or a report this tool wrote earlier (rerunning a command overwrites its own
     output), in an existing, writable directory, and none of the command's input files
     (a --kernel source); otherwise a one-line ProbeError naming the option."""
-    if path is None or path == "-":
+    if path is None:
         return
-    p = Path(path).expanduser()
+    if path == "-":
+        if not stdout_ok:
+            raise ProbeError(f"cannot write {option} to stdout ('-'): give it a file")
+        return
+    why = _refusal(Path(path).expanduser(), inputs)
+    if why is not None:
+        raise ProbeError(f"cannot write {option} {path}: {why}")
+
+
+def _refusal(p: Path, inputs) -> str | None:
+    """Why a report may not be written at p, or None."""
     parent = p.parent
-    if any(p.exists() and Path(i).expanduser().exists() and p.samefile(Path(i).expanduser())
-           for i in inputs if i):
+    if p.is_symlink():
+        why = "it is a symbolic link (probe does not write through one)"
+    elif any(p.exists() and Path(i).expanduser().exists() and p.samefile(Path(i).expanduser())
+             for i in inputs if i):
         why = "it is an input of this command (a kernel file); refusing to overwrite it"
+    elif _in_golden_set(p):
+        why = "it is in a golden data directory (probe golden regen writes those)"
     elif p.is_dir():
         why = "it is a directory"
     elif not parent.is_dir():
@@ -73,9 +109,17 @@ def check_writable(path: str | None, option: str, inputs=()) -> None:
         why = f"{foreign}; refusing to overwrite it (remove it, or choose another path)"
     else:
         why = _open_fails(p)
-        if why is None:
-            return
-    raise ProbeError(f"cannot write {option} {path}: {why}")
+    return why
+
+
+def _in_golden_set(p: Path) -> bool:
+    """Whether p is (or would be) a file of a golden data set: its folder holds a
+    manifest of schema sdpa_probe.golden/*."""
+    try:
+        doc = json.loads((p.parent / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and str(doc.get("schema", "")).startswith("sdpa_probe.golden")
 
 
 # written before reports said who wrote them (TOOL): probe bench's, probe profile's and

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import TOOL
 from .errors import ProbeError
+from .outputs import write_text
 from .records import FAILING, STATUSES, Record
 
 SCHEMA = "sdpa_probe.check/1"
@@ -77,10 +78,7 @@ def write_junit(path: str, records: list[Record], seconds: float) -> None:
                 ET.SubElement(tc, "skipped", message=r.reason)
     tree = ET.ElementTree(root)
     ET.indent(tree)
-    try:
-        tree.write(path, encoding="utf-8", xml_declaration=True)
-    except OSError as exc:
-        raise ProbeError(f"cannot write {path}: {exc.strerror}") from None
+    write_text(path, ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
 
 
 def save_repro(directory: Path, case, data, ref, backend: str) -> list[Path]:

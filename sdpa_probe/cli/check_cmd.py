@@ -100,7 +100,7 @@ def check_command(
     out = Output(json_mode=json_path == "-")
     _check_options(save, repro, after, seed, timeout)
     check_writable(json_path, "--json", inputs=[kernel])
-    check_writable(junit, "--junit", inputs=[kernel])
+    check_writable(junit, "--junit", inputs=[kernel], stdout_ok=False)
     golden = golden or golden_dir is not None
     if golden and suite_name == RANDOM_SUITE:
         raise ProbeError("--golden: the random suite has no golden data (its references are "
