@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -303,31 +304,86 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def write_plan(plan: RegenPlan) -> None:
-    """Write changed files first and the manifest last; remove dropped cases' files.
-    Files whose bytes are unchanged are not touched."""
+    """The new set is made whole in a folder beside the old one (unchanged files hard
+    links to the old ones, changed files written, dropped cases' files left out, the
+    manifest last), then swapped in by renames: a regeneration killed at any point
+    leaves the old set as it was (recover_swap puts it back if the kill fell between
+    the two renames)."""
     root = plan.root
+    new = root.with_name(f".{root.name}.new-{os.getpid()}")
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        for e in plan.entries:
-            path = root / e.file
-            blob = e.to_bytes()
-            if path.is_file() and path.read_bytes() == blob:
-                continue
-            _write_atomic(path, blob)
-        man = manifest_bytes(plan.new_manifest)
-        mpath = root / MANIFEST
-        if not (mpath.is_file() and mpath.read_bytes() == man):
-            _write_atomic(mpath, man)
-        old = {e["id"]: e["file"] for e in (plan.old_manifest or {}).get("cases", [])}
-        keep = {e.file for e in plan.entries}
-        for cid in plan.removed:
-            f = old.get(cid)
-            if f and f not in keep:
-                (root / f).unlink(missing_ok=True)
+        recover_swap(root)
+        if root.is_dir():
+            shutil.copytree(root, new, copy_function=_link_or_copy)
+        else:
+            new.mkdir(parents=True)
+        _fill(plan, new)
+        _swap_in(new, root)
     except OSError as exc:
         raise ProbeError(f"cannot write the golden data in {show_path(root)}: "
                          f"{exc.strerror or exc}") from None
+    finally:
+        shutil.rmtree(new, ignore_errors=True)
     plan.written = True
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:  # (another file system, or no hard links)
+        shutil.copy2(src, dst)
+
+
+def _fill(plan: RegenPlan, folder: Path) -> None:
+    """Changed files written (a new file each: never into a hard link to the old set),
+    dropped cases' files removed, the manifest last."""
+    for e in plan.entries:
+        path = folder / e.file
+        blob = e.to_bytes()
+        if path.is_file() and path.read_bytes() == blob:
+            continue
+        _write_atomic(path, blob)
+    old = {e["id"]: e["file"] for e in (plan.old_manifest or {}).get("cases", [])}
+    keep = {e.file for e in plan.entries}
+    for cid in plan.removed:
+        f = old.get(cid)
+        if f and f not in keep:
+            (folder / f).unlink(missing_ok=True)
+    man = manifest_bytes(plan.new_manifest)
+    mpath = folder / MANIFEST
+    if not (mpath.is_file() and mpath.read_bytes() == man):
+        _write_atomic(mpath, man)
+
+
+def _swap_in(new: Path, root: Path) -> None:
+    old = root.with_name(f".{root.name}.old-{os.getpid()}")
+    if root.exists():
+        os.rename(root, old)
+    os.rename(new, root)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_swap(root: Path) -> None:
+    """After a regeneration that was killed: the old set put back if the kill fell
+    between its two renames, and the folders it left removed."""
+    olds = sorted(root.parent.glob(f".{root.name}.old-*"))
+    if not root.exists() and olds:
+        os.rename(olds[-1], root)
+    for p in [*root.parent.glob(f".{root.name}.old-*"),
+              *root.parent.glob(f".{root.name}.new-*")]:
+        pid = p.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def regenerate(cases: list[str] | None = None, suite_name: str = DEFAULT_SUITE, *,
