@@ -87,7 +87,7 @@ KERNEL_FILES = "a .c, .cpp or .so file"
 
 
 def user_kernel_spec(path: Path) -> BuildSpec:
-    if not str(path).strip():
+    if not str(path).strip() or str(path) == ".":  # (typer reads --kernel "" as Path("."))
         raise ProbeError(f"--kernel is empty: give {KERNEL_FILES} implementing sdpa_forward")
     path = Path(path).resolve()
     if path.is_dir():

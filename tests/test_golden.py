@@ -310,8 +310,10 @@ def test_verify_detects_a_damaged_manifest(gset, damage, msg):
 
 
 def test_verify_missing_directory(tmp_path):
+    """A directory that is not there is a usage error (2), as for diff and --golden-dir,
+    not a set with problems (1)."""
     res = invoke("golden", "verify", "--dir", tmp_path / "nowhere")
-    assert res.exit_code == 1 and "no such golden directory" in res.output
+    assert res.exit_code == 2 and "no golden directory" in res.output
 
 
 def test_verify_detects_input_drift(gset):

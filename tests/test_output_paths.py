@@ -73,3 +73,17 @@ def test_a_report_is_written_whole_by_a_rename(tmp_path):
     write_text(str(out), json.dumps({"schema": "sdpa_probe.check/1"}))
     assert json.loads(out.read_text()) == {"schema": "sdpa_probe.check/1"}
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # (no temporary left)
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["bench", "--min-time", "1e12", "--shape", "quick"], "--min-time must be at most 60"),
+    (["profile", "--seed", "-1"], "--seed must be >= 0, got -1"),
+    (["golden", "verify", "--dir", "/nonexistent"], "no golden directory /nonexistent"),
+    (["golden", "regen", "--dir", "README.md", "--dry-run"], "is not a directory"),
+    (["golden", "verify", "--dir", "README.md"], "is not a directory"),
+    (["check", "--kernel", ""], "--kernel is empty"),
+])
+def test_bad_values_are_one_line_and_exit_2(argv, msg):
+    """Each was accepted (bench ran until killed, a dry run reported 238 new cases), or
+    exited 1 as if the data were wrong, or named the working directory."""
+    _refused(argv, msg)

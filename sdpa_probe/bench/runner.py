@@ -42,6 +42,7 @@ from .parties import make_party
 from .shapes import DTYPES, Shape, select_shapes
 
 SCHEMA = 1
+MAX_MIN_TIME = 60.0  # seconds a party's batch of calls may take, each round
 TRIAL_CRASH = "crashed in a trial call"  # first_call's reason when the child died
 
 Progress = Callable[[str], None]
@@ -101,8 +102,9 @@ def run_bench(shape: str, kernels: Sequence[str] = (), peers: Sequence[str] = ("
     document also holds the project's own speed goals this run measured ("targets")."""
     if threads < 0 or threads > 64:  # (the native thread pool's limit, SDPA_PROBE_MAX_THREADS)
         raise ProbeError(f"--threads must be between 1 and 64 (0: all cores), got {threads}")
-    if not math.isfinite(min_time):
-        raise ProbeError(f"--min-time must be a finite number of seconds, got {min_time}")
+    if not (math.isfinite(min_time) and min_time <= MAX_MIN_TIME):
+        raise ProbeError(f"--min-time must be at most {MAX_MIN_TIME:g} seconds (a batch of "
+                         f"calls a round), got {min_time:g}")
     for d in dtypes:
         if d not in DTYPES:
             raise ProbeError(f"unknown dtype {d!r}; known: {', '.join(DTYPES)}")

@@ -135,6 +135,7 @@ def verify_command(
     Exit code 0: intact; 1: a file is missing, truncated or corrupted, or the inputs or
     semantics drifted."""
     out = Output(json_out)
+    directory = golden.golden_root(directory)  # (a usage error before the progress bar)
     with _progress(out, "golden verify") as prog:
         task = prog.add_task("verify", total=None, last="")
         res = golden.verify(directory, check_inputs=inputs,

@@ -50,7 +50,7 @@ from .regen import (
     select_cases,
     write_plan,
 )
-from .verification import VerifyResult, verify
+from .verification import VerifyResult, golden_root, verify
 
 __all__ = [
     "ARRAYS", "DEFAULT_SUITE", "DRIFT_FRACTION", "GENERATOR", "MANIFEST", "SCHEMA",
@@ -59,5 +59,5 @@ __all__ = [
     "default_dir", "diff_sets", "generate", "inputs_digest", "inputs_mismatch",
     "manifest_bytes", "npz_bytes", "parse_blob", "plan_regen", "read_manifest",
     "reference_suite", "regenerate", "select_cases", "semantics", "sha256", "show_path",
-    "store", "torch_err_comparable", "versions", "verify", "write_plan",
+    "store", "torch_err_comparable", "versions", "golden_root", "verify", "write_plan",
 ]

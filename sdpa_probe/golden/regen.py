@@ -396,6 +396,8 @@ def regenerate(cases: list[str] | None = None, suite_name: str = DEFAULT_SUITE, 
     not accepted. progress(None, total) is called once the cases are selected, then
     progress(case, total) before each case is generated."""
     root = default_dir() if root is None else Path(root)
+    if root.exists() and not root.is_dir():
+        raise GoldenError(f"--dir {show_path(root)} is not a directory")
     selected = select_cases(cases, suite_name)
 
     def step(case: Case) -> None:

@@ -59,12 +59,21 @@ def _case_problem(root: Path, ent: dict, man: dict, check_inputs: bool) -> Probl
     return None
 
 
+def golden_root(root: Path | None) -> Path:
+    """The golden directory asked for (None: default_dir()); GoldenError if it is none."""
+    root = default_dir() if root is None else Path(root)
+    if not root.is_dir():
+        what = "is not a directory" if root.exists() else "does not exist"
+        raise GoldenError(f"no golden directory {show_path(root)}: it {what}")
+    return root
+
+
 def verify(root: Path | None = None, check_inputs: bool = True,
            progress: Callable[[str], None] | None = None) -> VerifyResult:
     """Schema, sizes, hashes and contents of every file; optionally the inputs
     regenerated from each seed against their recorded sha256. root: the golden
     directory (None: default_dir())."""
-    root = default_dir() if root is None else Path(root)
+    root = golden_root(root)
     man, probs = read_manifest(root)
     if man is None:
         return VerifyResult(root, 0, probs, [], None)

@@ -86,6 +86,8 @@ def validate(s: Settings) -> None:
         raise ProbeError("--context wants non-negative token counts")
     if s.steps < 1 or s.warmup < 0 or s.pp < 0 or s.tg < 0:
         raise ProbeError("--steps must be >= 1; --warmup, --pp, --tg >= 0")
+    if s.seed < 0:
+        raise ProbeError(f"--seed must be >= 0, got {s.seed}")
     if s.threads < 0 or s.threads > 64:
         raise ProbeError("--threads must be between 1 and 64 (0: default)")
     need = required_capacity(s)
