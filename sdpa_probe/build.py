@@ -18,7 +18,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -35,6 +34,17 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from . import __version__
+from .build_cache import (  # noqa: F401 (some re-exported: machine, last_failed)
+    HASH_SUFFIX,
+    build_root,
+    cache_root,
+    clean_stale_builds,
+    damaged,
+    file_lock,
+    find_intact,
+    seal,
+    usable_cache_root,
+)
 from .errors import BuildError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -49,14 +59,6 @@ PRELOAD_DIR = NATIVE_DIR / "preload"  # LD_PRELOAD libraries (plain shared objec
 BASE_FLAGS = ["-std=c11", "-O3", "-ffp-contract=fast", "-fno-math-errno", "-fno-trapping-math",
               "-pthread", "-Wall"]
 NATIVE_ARCH = ["-march=native"]
-
-
-def cache_root() -> Path:
-    env = os.environ.get("SDPA_PROBE_CACHE")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "sdpa_probe"
 
 
 def cpu_model() -> str:
@@ -184,100 +186,6 @@ def _key(spec: BuildSpec, cc: list[str], cc_version: str, flags: list[str],
                    sorted(set(spec.sources) | set(spec.headers)))
 
 
-HASH_SUFFIX = ".sha256"
-_said: set[Path] = set()  # the fallback folders already named on stderr
-
-
-def _sidecar(module: Path) -> Path:
-    return module.with_name(module.name + HASH_SUFFIX)
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def damaged(module: Path) -> str | None:
-    """None if the module is there with the content hash beside it, else why not."""
-    try:
-        want = _sidecar(module).read_text().strip()
-    except FileNotFoundError:
-        return "not built" if not module.exists() else "it has no content hash beside it"
-    except OSError as exc:
-        return f"its content hash cannot be read: {exc.strerror}"
-    try:
-        got = _file_sha256(module)
-    except FileNotFoundError:
-        return "not built"
-    except OSError as exc:
-        return f"it cannot be read: {exc.strerror}"
-    return None if got == want else "its bytes do not match its content hash (damaged)"
-
-
-def _seal(module: Path) -> None:
-    """Write the module's content hash beside it, atomically."""
-    side = _sidecar(module)
-    tmp = side.with_name(f".{side.name}.{os.getpid()}")
-    tmp.write_text(_file_sha256(module) + "\n")
-    os.replace(tmp, side)
-
-
-def fallback_root() -> Path:
-    """Where modules are built when the cache cannot be written: one folder per user."""
-    return Path(tempfile.gettempdir()) / f"sdpa_probe-cache-{os.getuid()}"
-
-
-def _writable(root: Path) -> bool:
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return False
-    return os.access(root, os.W_OK | os.X_OK)
-
-
-def _build_root(root: Path) -> Path:
-    """The cache itself if it can be written, else the fallback (said once)."""
-    if _writable(root):
-        return root
-    fb = fallback_root()
-    if not _writable(fb):
-        raise BuildError(f"cannot build into the build cache {root} (not writable) nor into "
-                         f"{fb}: set SDPA_PROBE_CACHE to a writable directory")
-    if fb not in _said:
-        _said.add(fb)
-        print(f"note: the build cache {root} is not writable; building into {fb}",
-              file=sys.stderr)
-    return fb
-
-
-def _clean_stale_builds(root: Path, module_name: str) -> None:
-    """Build folders of this module left by a killed build (the caller holds its lock,
-    so no build of it is running)."""
-    for p in root.glob(f"sdpa_probe_build_{module_name}_*"):
-        shutil.rmtree(p, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def file_lock(path: Path):
-    """An exclusive flock on path (created if needed) for the duration of the block; no
-    lock where it cannot be created (a read-only cache: nothing there is written)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fh = open(path, "a")  # noqa: SIM115 (closed below, after the unlock)
-    except OSError:
-        yield
-        return
-    with fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _ext_suffix() -> str:
     return importlib.machinery.EXTENSION_SUFFIXES[0]
 
@@ -327,7 +235,7 @@ def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str],
             raise BuildError(f"compiling {module_name} failed: {' '.join(cc)} exited 0 but "
                              f"wrote no {Path(built).name}")
         os.replace(built, dest)
-    _seal(dest)
+    seal(dest)
 
 
 def _first_error(compiler_output: str, otherwise: str) -> str:
@@ -391,16 +299,6 @@ def _redirect_fd(fd: int, fileobj):
         os.close(saved)
 
 
-def _usable_cache_root() -> Path:
-    """The build cache (created where it can be: one that cannot be written is read,
-    and builds go to fallback_root()); a BuildError if it is not a directory."""
-    root = cache_root()
-    if root.exists() and not root.is_dir():
-        raise BuildError(f"cannot use the build cache {root}: not a directory (set "
-                         "SDPA_PROBE_CACHE to a writable directory)")
-    return root
-
-
 def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
           cflags: str | None = None) -> BuildResult:
     """Build (or find in the cache) the module described by spec."""
@@ -415,24 +313,24 @@ def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
         attempts.append(BASE_FLAGS + user_flags)  # portable fallback
     else:
         attempts = [BASE_FLAGS + user_flags]
-    root = _usable_cache_root()
+    root = usable_cache_root()
     last_error: BuildError | None = None
     for n, flags in enumerate(attempts):
         key = _key(spec, cc_cmd, cc_version, flags, cxx)
         module_name = f"_{spec.stem}_{key}"
         name = module_name + _ext_suffix()
         reason = str(last_error) if n > 0 and last_error is not None else ""
-        found = None if force else _find_intact(name, root)
+        found = None if force else find_intact(name, root)
         if found is not None:  # (looked up without a lock: a read-only cache serves)
             return BuildResult(module_name, found, " ".join(cc_cmd), cc_version, flags, 0.0,
                                True, n > 0, reason, " ".join(cxx_cmd))
-        broot = _build_root(root)
+        broot = build_root(root)
         dest = broot / name
         with file_lock(broot / (module_name + ".lock")):
             if not force and damaged(dest) is None:  # (built meanwhile by another process)
                 return BuildResult(module_name, dest, " ".join(cc_cmd), cc_version, flags, 0.0,
                                    True, n > 0, reason, " ".join(cxx_cmd))
-            _clean_stale_builds(broot, module_name)
+            clean_stale_builds(broot, module_name)
             t0 = time.perf_counter()
             try:
                 _compile(spec, module_name, cc_cmd, flags, dest, cxx_cmd or None)
@@ -445,14 +343,6 @@ def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
     raise last_error
 
 
-def _find_intact(name: str, root: Path) -> Path | None:
-    """The module of this name, intact, in the cache or the fallback folder."""
-    for folder in (root, fallback_root()):
-        if damaged(folder / name) is None:
-            return folder / name
-    return None
-
-
 def build_preload(source: Path, cc: str | None = None) -> Path:
     """Build (or find in the cache) a plain shared library to LD_PRELOAD from one C
     source: no cffi module, nothing Python loads; keyed like the modules."""
@@ -460,17 +350,17 @@ def build_preload(source: Path, cc: str | None = None) -> Path:
     flags = ["-std=c11", "-O2", "-Wall", "-fPIC", "-shared"]
     key = _digest((" ".join(cc_cmd), compiler_version(cc_cmd), " ".join(flags), __version__),
                   [source])
-    root = _usable_cache_root()
+    root = usable_cache_root()
     name = f"_preload_{source.stem}_{key}.so"
-    found = _find_intact(name, root)
+    found = find_intact(name, root)
     if found is not None:
         return found
-    root = _build_root(root)
+    root = build_root(root)
     dest = root / name
     with file_lock(root / (dest.stem + ".lock")):
         if damaged(dest) is None:
             return dest
-        _clean_stale_builds(root, dest.stem)
+        clean_stale_builds(root, dest.stem)
         with tempfile.TemporaryDirectory(prefix=f"sdpa_probe_build_{dest.stem}_",
                                          dir=root) as tmp:
             built = Path(tmp) / dest.name
@@ -483,7 +373,7 @@ def build_preload(source: Path, cc: str | None = None) -> Path:
                 raise BuildError(f"compiling {source.name} failed: "
                                  + _first_error(proc.stderr, f"exit {proc.returncode}"))
             os.replace(built, dest)
-        _seal(dest)
+        seal(dest)
     return dest
 
 

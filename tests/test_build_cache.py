@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import EXAMPLE_KERNEL
 
-from sdpa_probe import build, native
+from sdpa_probe import build, build_cache, native
 
 
 @pytest.fixture
@@ -22,15 +22,15 @@ def cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("SDPA_PROBE_CACHE", str(root))
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))  # (the fallback folder lives there)
     (tmp_path / "tmp").mkdir()
-    monkeypatch.setattr(build.tempfile, "tempdir", None)  # (re-read TMPDIR)
+    monkeypatch.setattr(build_cache.tempfile, "tempdir", None)  # (re-read TMPDIR)
     return root
 
 
 def test_a_module_carries_its_content_hash(cache):
     res = build.build(native.user_kernel_spec(EXAMPLE_KERNEL))
-    side = res.path.with_name(res.path.name + build.HASH_SUFFIX)
-    assert side.read_text().strip() == build._file_sha256(res.path)
-    assert build.damaged(res.path) is None
+    side = res.path.with_name(res.path.name + build_cache.HASH_SUFFIX)
+    assert side.read_text().strip() == build_cache._file_sha256(res.path)
+    assert build_cache.damaged(res.path) is None
 
 
 @pytest.mark.parametrize("damage", ["truncate", "empty", "flip", "no-hash"])
@@ -46,10 +46,10 @@ def test_a_damaged_module_is_rebuilt_not_loaded(cache, damage):
     elif damage == "flip":
         path.write_bytes(data[:4096] + bytes(b ^ 0xFF for b in data[4096:4296]) + data[4296:])
     else:
-        path.with_name(path.name + build.HASH_SUFFIX).unlink()
-    assert build.damaged(path) is not None
+        path.with_name(path.name + build_cache.HASH_SUFFIX).unlink()
+    assert build_cache.damaged(path) is not None
     again = build.build(spec)
-    assert not again.cached and again.path == path and build.damaged(path) is None
+    assert not again.cached and again.path == path and build_cache.damaged(path) is None
 
 
 def test_a_killed_builds_folders_are_cleaned(cache):
@@ -83,7 +83,7 @@ def read_only_cache(tmp_path, monkeypatch):
     built = tmp_path / "built"
     built.mkdir()
     for res in (native.build_lib(), build.build(native.user_kernel_spec(EXAMPLE_KERNEL))):
-        for p in (res.path, res.path.with_name(res.path.name + build.HASH_SUFFIX)):
+        for p in (res.path, res.path.with_name(res.path.name + build_cache.HASH_SUFFIX)):
             shutil.copy2(p, built / p.name)
     ro = tmp_path / "ro"
     if not _read_only_mount(built, ro):
@@ -106,7 +106,7 @@ def test_a_read_only_cache_serves_what_it_holds(read_only_cache, tmp_path, monke
 def test_a_read_only_cache_builds_what_it_lacks_elsewhere(read_only_cache, tmp_path,
                                                             monkeypatch, capsys):
     monkeypatch.setenv("SDPA_PROBE_CACHE", str(read_only_cache))
-    monkeypatch.setattr(build, "fallback_root", lambda: tmp_path / "fallback")
+    monkeypatch.setattr(build_cache, "fallback_root", lambda: tmp_path / "fallback")
     res = build.build(native.user_kernel_spec(EXAMPLE_KERNEL), cflags="-O1")
     assert not res.cached and res.path.parent == tmp_path / "fallback"
     assert "is not writable; building into" in capsys.readouterr().err
