@@ -21,6 +21,17 @@ def last_words(log: str) -> str:
     return lines[-1][:240] if lines else ""
 
 
+def process_alive(pid: int) -> bool:
+    """Whether a process of this pid runs (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def signal_name(code: int | None) -> str:
     """How a child process ended, from its exit code: 'SIGSEGV', 'exit code 3'; a
     SIGILL with what usually raises it."""

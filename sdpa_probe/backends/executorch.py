@@ -199,12 +199,8 @@ def timing_unsupported(shape) -> str | None:
 def _timed_inputs(shape, s) -> tuple:
     """One bench input set as the op's tensors: (q, k, v) for float shapes, (q, k, v,
     qz, qs, kz, ks, vz, vs) for int8."""
-    if shape.dtype == "i8":
-        def parts(x: native.QuantTensor):
-            return (torch.from_numpy(x.data), torch.from_numpy(x.zero_point)[..., None],
-                    torch.from_numpy(x.scale)[..., None])
-
-        (q, qz, qs), (k, kz, ks), (v, vz, vs) = (parts(x) for x in (s.q, s.k, s.v))
+    if shape.dtype == "i8":  # (a set's arrays are contiguous: its own memory, not a copy)
+        (q, qz, qs), (k, kz, ks), (v, vz, vs) = (quantized_parts(x) for x in (s.q, s.k, s.v))
         return q, k, v, qz, qs, kz, ks, vz, vs
     # a copy: the sets share their float32 values, and .to(float32) of them is none
     # (else every cold F32 call would read the one same buffer)

@@ -16,6 +16,7 @@ from ..cases import Case
 from ..errors import KernelError
 from ..inputs import InputGuard, input_buffers, out_buffer
 from ..judge import repeat
+from ..judge.probes import LEAK_PROBE_MAX_SECONDS
 from ..judge.watched import judge_watched
 from ..native import describe_fp_change, fp_control, set_fp_control
 from ..oracle import Prepared, prepare_case
@@ -223,7 +224,7 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
                        fp_changed=fp_changed, caller_changed=state_changed)
     rec.update(**v.as_dict())
     if (repeat.LEAK_CHECK and v.status == "pass" and before_call is None
-            and rec.seconds < repeat.LEAK_PROBE_MAX_SECONDS):
+            and rec.seconds < LEAK_PROBE_MAX_SECONDS):
         repeat.repeat_verdict(rec, backend, case, prep, out)
     if keep_output:
         rec.output = out

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..backends import parse
 from ..cases import Case
-from ..children import died_in_call, last_words, signal_name
+from ..children import died_in_call, last_words, process_alive, signal_name
 from ..invalid_args import describe
 from ..records import base_record
 from .worker import worker_main
@@ -84,21 +84,11 @@ def explain_heap_abort(said: str) -> str:
 LOG_PREFIX = "sdpa_probe_check_"  # + the pid of the run: its workers' logs
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # (another user's: alive)
-        return True
-    return True
-
-
 def _clean_stale_logdirs() -> None:
     """The worker-log folders of runs that were killed (their pid no longer runs)."""
     for p in Path(tempfile.gettempdir()).glob(f"{LOG_PREFIX}*"):
         pid = p.name[len(LOG_PREFIX):].split("_", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cases import SUITES, Case, all_cases, suite
+from ..children import process_alive
 from ..errors import ProbeError
 from .drift import DRIFT_FRACTION, compare, count_statuses
 from .format import (
@@ -372,18 +373,8 @@ def recover_swap(root: Path) -> None:
     for p in [*root.parent.glob(f".{root.name}.old-*"),
               *root.parent.glob(f".{root.name}.new-*")]:
         pid = p.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
             shutil.rmtree(p, ignore_errors=True)
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def regenerate(cases: list[str] | None = None, suite_name: str = DEFAULT_SUITE, *,

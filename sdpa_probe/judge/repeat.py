@@ -13,7 +13,6 @@ from ..oracle import Prepared
 from ..records import Record
 from .probes import (
     LEAK_CALLS,
-    LEAK_PROBE_MAX_SECONDS,  # noqa: F401 (check.calls reads it here, beside LEAK_CHECK)
     LEAK_WARMUP,
     THREADS_BUSY,
     growth_per_call,
