@@ -175,6 +175,8 @@ def _not_a_report(p: Path) -> str | None:
         ours = '<testsuites name="probe check"' in head  # JUnit XML of probe check
     elif head.startswith("<svg"):
         ours = "<title>probe profile" in head  # probe profile --chart
+    elif head.startswith("#"):
+        ours = head.startswith("# probe check: conformance")  # (conformance.TITLE)
     else:  # probe profile --csv: its header row
         ours = head.startswith(PROFILE_CSV_HEAD)
     return None if ours else _NOT_A_REPORT

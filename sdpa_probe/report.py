@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from . import TOOL
+from .build import cpu_model
 from .errors import ProbeError
 from .outputs import write_text
 from .records import FAILING, STATUSES, Record
@@ -40,7 +41,8 @@ def check_document(records: list[Record], *, suite: str, seconds: float, backend
         "schema": SCHEMA,
         "tool": dict(TOOL),
         "environment": {"python": platform.python_version(), "torch": torch.__version__,
-                        "numpy": np.__version__, "machine": platform.machine()},
+                        "numpy": np.__version__, "machine": platform.machine(),
+                        "cpu": cpu_model()},
         "suite": suite,
         "seed": seed,
         "run": run or {},

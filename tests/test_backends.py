@@ -30,7 +30,9 @@ def test_lists_are_split_expanded_and_kept_once_in_order():
     names = [s.name for s in specs]
     assert names[:2] == ["torch", "flash"] and len(names) == len(set(names))
     assert set(names) >= {"decomposed", "flash_maskskip", "quant_int8"}
-    assert "executorch" not in names  # ("all" is our kernels and torch)
+    assert set(names) >= set(registry.REGISTERED)  # ("all" is every backend)
+    default = [s.name for s in backends.default_specs()]
+    assert "torch" in default and "executorch" not in default  # (runtimes by name only)
 
 
 def test_every_registered_backend_follows_the_protocol():

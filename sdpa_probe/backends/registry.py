@@ -4,7 +4,8 @@ A name is one of:
   - a registered backend (REGISTERED below: "torch", "executorch", ...),
   - one of our native kernels ("flash", "decomposed", ...: `probe kernels` lists them),
   - a kernel file of the user's (a path ending in .c, .cpp, .cc, .cxx or .so),
-  - "all": every native kernel and torch.
+  - "all": every backend: our native kernels and every registered one (those that
+    cannot run here are left out by the command, with why).
 Adding a backend is one module with a class that follows backends.base.Backend, plus
 one line in REGISTERED (docs/backends.md)."""
 
@@ -75,8 +76,8 @@ def parse(text: str, what: str = "backend") -> BackendSpec:
 
 
 def parse_list(texts: list[str] | None) -> list[BackendSpec]:
-    """Comma-separated lists of names (repeated options), "all" expanded, in order,
-    each once."""
+    """Comma-separated lists of names (repeated options), "all" expanded (every native
+    kernel and every registered backend), in order, each once."""
     specs: list[BackendSpec] = []
     for text in texts or ():
         for part in text.split(","):
@@ -84,15 +85,17 @@ def parse_list(texts: list[str] | None) -> list[BackendSpec]:
                 continue
             if part.strip() == "all":
                 specs += [BackendSpec("native", n) for n in native.builtin_kernels()]
-                specs.append(BackendSpec("registered", "torch"))
+                specs += [BackendSpec("registered", n) for n in REGISTERED]
             else:
                 specs.append(parse(part))
     return list(dict.fromkeys(specs))
 
 
 def default_specs() -> list[BackendSpec]:
-    """What `probe check` runs when no backend is named: every native kernel and torch."""
-    return parse_list(["all"])
+    """What `probe check` runs when no backend is named: every native kernel and torch
+    (the runtimes are asked for by name, or with "all")."""
+    return [BackendSpec("native", n) for n in native.builtin_kernels()] + [
+        BackendSpec("registered", "torch")]
 
 
 def make(spec: BackendSpec | str):

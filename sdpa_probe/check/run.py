@@ -11,7 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import last_failed, native
-from ..backends import BackendSpec
+from ..backends import BackendSpec, make
+from ..backends.inventory import versions_in_child
 from ..cases import DTYPES, SUITES, Case, all_cases, find_case, random_cases, suite
 from ..errors import ProbeError
 from ..golden import GoldenStore, default_dir, store
@@ -185,12 +186,26 @@ def run_check(req: CheckRequest, cases: list[Case],
                        golden, notes)
 
 
+def backend_versions(specs: list[BackendSpec]) -> dict[str, str]:
+    """What ran, by name: our kernels are this package's version, a kernel file is
+    itself, torch is in the environment; a runtime is asked in a child process
+    (backends.inventory: loading one can change the process that loads it)."""
+    out = {s.name: make(s).version() for s in specs
+           if s.kind != "registered" or s.name == "torch"}
+    runtimes = [s.name for s in specs if s.kind == "registered" and s.name != "torch"]
+    if runtimes:
+        versions, trouble = versions_in_child(runtimes)
+        out |= {n: versions.get(n) or f"(no version: {trouble})" for n in runtimes}
+    return out
+
+
 def _document(req: CheckRequest, records: list[Record], seconds: float,
               golden: GoldenStore | None) -> dict:
     run = {"isolate": req.isolate, "leak_check": req.leak_check,
            "heap_guard": malloc_debug_library() is not None}
     doc = check_document(records, suite=req.suite_name, seconds=seconds, backends=req.names,
                          seed=req.seed, run=run)
+    doc["backend_versions"] = backend_versions(req.specs)
     if golden is not None:
         m = golden.manifest
         doc["reference"] = {"source": "golden", "dir": str(golden.root),

@@ -65,6 +65,7 @@ def command(*args, typer_app: typer.Typer | None = None, **kwargs):
 from . import (  # noqa: E402, F401, I001
     build_cmd,
     kernels_cmd,
+    backends_cmd,
     info_cmd,
     check_cmd,
     run_cmd,

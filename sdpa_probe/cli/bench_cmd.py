@@ -182,9 +182,10 @@ def bench_command(
              ".c / .cpp / .so files implementing sdpa_forward (default: flash for float "
              "shapes, quant_int8 for int8 shapes)."),
     vs: str = typer.Option("torch", "--vs",
-                           help="Peers measured in the same run: torch, executorch, registered "
-                                "kernels or .c / .cpp / .so kernel files (e.g. flash; old.c for an "
-                                "A/B of two versions)."),
+                           help="Peers measured in the same run, comma-separated: backends "
+                                "from `probe backends` (torch, a runtime, one of our kernels) "
+                                "or .c / .cpp / .so kernel files (old.c: an A/B of two "
+                                "versions)."),
     shape: str = typer.Option(
         "all", "--shape", "-s",
         help="Comma-separated presets, groups (all, decode, prefill, targets, quick) or "

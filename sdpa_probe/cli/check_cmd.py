@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .. import native
+from .. import conformance, native
 from ..backends import BackendSpec, default_specs, parse, parse_list
 from ..check.run import (
     EXTRA_SUITES,
@@ -21,6 +21,7 @@ from ..check.run import (
     select_cases,
 )
 from ..errors import ProbeError
+from ..outputs import write_text
 from ..records import Record
 from ..report import exit_code, write_junit
 from . import command
@@ -36,8 +37,8 @@ MAX_TIMEOUT = 86400
 @command("check")
 def check_command(
     backend: list[str] = typer.Option(None, "--backend", "-b",
-                                      help="Backend(s): a kernel from `probe kernels`, torch, "
-                                           "executorch, or all. Repeat or comma-separate."),
+                                      help="Backend(s) from `probe backends`, or all (every "
+                                           "one that can run here). Repeat or comma-separate."),
     kernel: Path = typer.Option(None, "--kernel",
                                 help="Your kernel: a .c, .cpp or .so implementing sdpa_forward "
                                      "(native/include/sdpa_probe.h)."),
@@ -55,6 +56,10 @@ def check_command(
     seed: int = typer.Option(0, "--seed", help="Offset added to every case's seed."),
     json_path: str = typer.Option(None, "--json", help="Write the JSON record here ('-': stdout)."),
     junit: str = typer.Option(None, "--junit", help="Write JUnit XML here."),
+    report: str = typer.Option(None, "--report",
+                               help="Write the conformance report here, in Markdown: per "
+                                    "backend and case family, the counts and the first "
+                                    "failure ('-': stdout)."),
     jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="Worker processes."),
     timeout: float = typer.Option(60.0, "--timeout", min=0.1,
                                   help="Seconds per (backend, case) before it is a timeout."),
@@ -97,10 +102,13 @@ def check_command(
 
     Exit code 0: every case passed (unsupported allowed); 1: a case failed, crashed or
     timed out; 2: usage error."""
-    out = Output(json_mode=json_path == "-")
+    out = Output(json_mode="-" in (json_path, report))  # (stdout is the document's)
     _check_options(save, repro, after, seed, timeout)
     check_writable(json_path, "--json", inputs=[kernel])
     check_writable(junit, "--junit", inputs=[kernel], stdout_ok=False)
+    check_writable(report, "--report", inputs=[kernel])
+    if report == "-" and json_path == "-":
+        raise ProbeError("--json - and --report - both want stdout: give one of them a file")
     golden = golden or golden_dir is not None
     if golden and suite_name == RANDOM_SUITE:
         raise ProbeError("--golden: the random suite has no golden data (its references are "
@@ -131,6 +139,8 @@ def check_command(
         out.write_json(json_path, res.document)
     if junit:
         write_junit(junit, res.records, res.seconds)
+    if report:
+        write_text(report, conformance.markdown(res.document))
     if not out.json_mode:
         show_result(out, res, req.names, each_failure)
     raise typer.Exit(exit_code(res.records))

@@ -30,34 +30,42 @@ def _fmt(x, spec=".2e") -> str:
     return format(x, spec)
 
 
-def summary_table(records: list[Record], names: list[str]) -> Table:
-    """Case families down, backends across; a cell counts passes over supported cases."""
-    t = Table(title="probe check: case family x backend (passed / run; - unsupported)",
-              title_justify="left")
-    t.add_column("family", style="bold")
+def _cell(c) -> str:
+    run = sum(c.values()) - c.get("unsupported", 0)
+    bad = sum(c.get(s, 0) for s in FAILING)
+    if run == 0:
+        return "[dim]-[/]"
+    return f"[red]{run - bad}/{run} ✗[/]" if bad else f"[green]{run}/{run}[/]"
+
+
+def summary_tables(records: list[Record], names: list[str], width: int = 80) -> list[Table]:
+    """Case families down, backends across; a cell counts passes over supported cases.
+    Backends that do not fit the console's width go on to a table of their own below,
+    with the families again (a cell never wraps)."""
     backends = [n for n in names if any(r.backend == n for r in records)]
-    for b in backends:
-        t.add_column(parse(b).label, justify="center", overflow="fold")
     cells = by_backend_family(records)
-    families = sorted({r.family for r in records}, key=lambda f: min(
-        i for i, r in enumerate(records) if r.family == f))
-    for fam in families:
-        row = []
-        for b in backends:
-            c = cells.get((b, fam))
-            if not c:
-                row.append("")
-                continue
-            run = sum(c.values()) - c.get("unsupported", 0)
-            bad = sum(c.get(s, 0) for s in FAILING)
-            if run == 0:
-                row.append("[dim]-[/]")
-            elif bad:
-                row.append(f"[red]{run - bad}/{run} ✗[/]")
-            else:
-                row.append(f"[green]{run}/{run}[/]")
-        t.add_row(fam, *row)
-    return t
+    families = list(dict.fromkeys(r.family for r in records))
+    fam_w = max((len(f) for f in families), default=6) + 3
+    chunks: list[list[str]] = [[]]
+    used = fam_w + 1
+    for b in backends:
+        w = max(len(parse(b).label), 7) + 3  # ("10/12 ✗" and the cell's padding)
+        if chunks[-1] and used + w > width:
+            chunks.append([])
+            used = fam_w + 1
+        chunks[-1].append(b)
+        used += w
+    tables = []
+    for chunk in chunks:
+        t = Table()
+        t.add_column("family", style="bold", no_wrap=True)
+        for b in chunk:
+            t.add_column(parse(b).label, justify="center", no_wrap=True)
+        for fam in families:
+            t.add_row(fam, *(_cell(cells[(b, fam)]) if (b, fam) in cells else ""
+                             for b in chunk))
+        tables.append(t)
+    return tables
 
 
 # Below this console width the failures print as a list: in a table their reasons
@@ -182,7 +190,11 @@ def unrepeatable_notes(records: list[Record]) -> list[str]:
 def show_result(out: Output, res, names: list[str], each_failure: bool) -> None:
     """The summary table, the failures, the counts line and the notes."""
     records = res.records
-    out.print(summary_table(records, names))
+    # (the title on a line of its own: a narrow table would fold it)
+    out.print("probe check: case family x backend (passed / run; - unsupported)",
+              style="bold")
+    for table in summary_tables(records, names, out.out.width):
+        out.print(table)
     if any(r.status in FAILING for r in records):
         wide = out.out.width >= WIDE_FAILURES
         out.print(failure_table(records, not each_failure) if wide
