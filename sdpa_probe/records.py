@@ -35,6 +35,8 @@ class Record:
     atol: float | None = None
     rtol: float | None = None
     torch_err: float | None = None            # torch's own max abs error on the case
+    convention: str | None = None             # judged under the backend's convention (a
+    #                                           pass there: the float64 oracle failed it)
     seconds: float | None = None
     leak_bytes_per_call: int | None = None
     repeatable: bool | None = None            # False: a repeat passed but differed bit for bit

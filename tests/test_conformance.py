@@ -74,3 +74,10 @@ def test_check_writes_the_report_and_refuses_a_file_that_is_not_one(tmp_path):
     res = runner.invoke(app, [*args[:-1], str(notes)])
     assert res.exit_code == 2 and "not one of probe's reports" in res.stderr
     assert notes.read_text() == "# my notes\n"
+
+
+def test_passes_under_a_convention_are_counted_apart():
+    conv = {**_rec("rt", "d-1", "dtype", "pass"), "convention": "Q rounded to F16"}
+    md = conformance.markdown(_doc([conv, _rec("rt", "d-2", "dtype", "pass")]))
+    assert "| dtype | 2 (1 by convention) | 0 |" in md
+    assert "| dtype | 2/2 |" in md

@@ -16,6 +16,7 @@ from ..cases import Case
 from ..errors import KernelError
 from ..inputs import InputGuard, input_buffers, out_buffer
 from ..judge import repeat
+from ..judge.convention import convention_of
 from ..judge.probes import LEAK_PROBE_MAX_SECONDS
 from ..judge.watched import judge_watched
 from ..native import describe_fp_change, fp_control, set_fp_control
@@ -220,8 +221,9 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
                    seconds=time.perf_counter() - t0)
         return rec
     rec.seconds = time.perf_counter() - t0
-    v = judge_watched(case, prep, out, inputs_written=guard.written(),
-                       fp_changed=fp_changed, caller_changed=state_changed)
+    v = judge_watched(case, prep, out, convention_of(backend, case),
+                      inputs_written=guard.written(), fp_changed=fp_changed,
+                      caller_changed=state_changed)
     rec.update(**v.as_dict())
     if (repeat.LEAK_CHECK and v.status == "pass" and before_call is None
             and rec.seconds < LEAK_PROBE_MAX_SECONDS):

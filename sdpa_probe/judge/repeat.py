@@ -11,6 +11,7 @@ from ..cases import Case
 from ..native import fp_control, set_fp_control
 from ..oracle import Prepared
 from ..records import Record
+from .convention import convention_of
 from .probes import (
     LEAK_CALLS,
     LEAK_WARMUP,
@@ -75,7 +76,7 @@ def repeat_verdict(rec: Record, backend, case: Case, prep: Prepared, out) -> Non
             f"leaks memory: the heap in use grew {each}, {grew['heap']:,} bytes a call "
             f"{after}"))
         return
-    again = judge_watched(case, prep, out)
+    again = judge_watched(case, prep, out, convention_of(backend, case))
     if again.status != "pass":
         rec.update(status="fail", reason="the same call made again, into the same output "
                    "poisoned again, gives another answer: " + again.reason)

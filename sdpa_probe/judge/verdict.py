@@ -28,6 +28,7 @@ class Verdict:
     atol: float | None = None
     rtol: float | None = None
     torch_err: float | None = None
+    convention: str | None = None  # judged under the backend's convention (convention.py)
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)

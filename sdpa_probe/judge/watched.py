@@ -7,19 +7,24 @@ import time
 
 from ..cases import Case
 from ..oracle import Prepared
+from .convention import Convention, rejudge
 from .verdict import judge
 
 LATE_WRITE_WAIT = 0.02  # seconds unwritten native output is watched for a late write
 
 
-def judge_watched(case: Case, prep: Prepared, out, **kw):
+def judge_watched(case: Case, prep: Prepared, out, convention: Convention | None = None,
+                  **kw):
     """verdict.judge, where output left unwritten is watched LATE_WRITE_WAIT more: it may
     be a thread of the kernel that writes later than the verdict looked, which given the
-    time shows itself (verdict layer 0)."""
+    time shows itself (verdict layer 0); a failure on tolerance alone judged again under
+    the backend's convention, if it has one (convention.py)."""
 
     v = judge(case, prep.ref, out, prep.torch_err, **kw)
     if v.status == "fail" and out.at_return is not None and "never written" in v.reason:
         time.sleep(LATE_WRITE_WAIT)
         if out.written_after_return()[0]:
             v = judge(case, prep.ref, out, prep.torch_err, **kw)
+    if convention is not None:
+        v = rejudge(case, prep.data, out, v, convention, prep.torch_err)
     return v
