@@ -283,6 +283,10 @@ def _root_array(a: np.ndarray) -> np.ndarray:
     return root
 
 
+# (numpy 2 moved byte_bounds to numpy.lib.array_utils; numpy 1.26 has it at the top)
+_byte_bounds = getattr(np.lib, "array_utils", np).byte_bounds
+
+
 def _pointer(ffi, a: np.ndarray, keep: list):
     """A void* to a's first element. Views go through ffi.from_buffer of the
     contiguous array they view, after checking the view lies inside it."""
@@ -290,8 +294,8 @@ def _pointer(ffi, a: np.ndarray, keep: list):
         raise ValueError("empty array")
     root = _root_array(a)
     if root is not a and root.flags.c_contiguous:
-        lo, hi = np.lib.array_utils.byte_bounds(a)
-        rlo, rhi = np.lib.array_utils.byte_bounds(root)
+        lo, hi = _byte_bounds(a)
+        rlo, rhi = _byte_bounds(root)
         if not (rlo <= lo and hi <= rhi):
             raise ValueError("view lies outside its base array")
         buf = ffi.from_buffer(root.reshape(-1).view(np.uint8))
