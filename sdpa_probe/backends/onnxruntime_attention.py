@@ -7,15 +7,18 @@
 
 How a case becomes an `Attention` call: Q, K and V as [B, S, H * D] (the 3D form,
 `q_num_heads` / `kv_num_heads` giving the heads: GQA needs no copy), the mask as a
-dense additive `attn_mask` [Lq, Lkv] in Q's dtype, `scale` when the case sets one.
+dense additive `attn_mask` [Lq, keys passed] in Q's dtype, `scale` when the case sets
+one.
 Causal: ORT 1.32's `is_causal` without `past_key` is top-left aligned (query i sees
 keys j <= i, whatever kv_len is: measured, though the opset 23 text says bottom-right)
 and with `past_key` it is offset by the past's length (j <= past + i). So a causal
-case at start_pos 0 is `is_causal` over the whole cache, and one at start_pos > 0
-passes the cache's first start_pos keys as `past_key` / `past_value` (the [B, Hkv, S,
-D] cache form: a transposed copy) and the rest as K / V: query i then sees j <=
-start_pos + i, the oracle's edge, and the stale slots past it reach the op as they
-sit in a static cache. No explicit causal mask is needed.
+case passes the cache's first start_pos keys as `past_key` / `past_value` (ORT's [B,
+Hkv, S, D] cache form: a transposed copy; none at start_pos 0) and the next Lq as K
+and V, the new tokens' keys, as a caller holding a past and new keys has them: query
+i then sees j <= start_pos + i, the oracle's edge, with no explicit mask. The slots
+past start_pos + Lq, which no row sees, are left out: given them as more new keys,
+ORT breaks its own rule with one query (it sees every key: measured) and a NaN in
+one turns the rows NaN (docs/runtimes.md).
 
 Sessions: one per op, input shapes, dtypes, attributes and thread count, built once
 and kept on the backend object (a check worker reuses it across cases); options as
@@ -237,10 +240,14 @@ class OnnxRuntimeBackend:
         if not bnsh:  # (the 4D form's shapes say the heads)
             attrs.update(q_num_heads=g.n_heads, kv_num_heads=g.n_kv_heads)
         # (causal at start_pos >= kv_len: every row sees every key, a plain call)
-        past = g.start_pos if g.causal and g.start_pos < g.kv_len else 0
-        if g.causal and g.start_pos < g.kv_len:
+        causal = g.causal and g.start_pos < g.kv_len
+        past = g.start_pos if causal else 0
+        end = min(g.kv_len, g.start_pos + g.q_len) if causal else g.kv_len
+        if causal:
             attrs["is_causal"] = 1
-        inputs = [("Q", form(q)), ("K", form(k[:, past:])), ("V", form(v[:, past:])),
+        if mask is not None:
+            mask = np.ascontiguousarray(mask[:, :end])
+        inputs = [("Q", form(q)), ("K", form(k[:, past:end])), ("V", form(v[:, past:end])),
                   ("attn_mask", mask)]
         outputs = ["Y"]
         if past:
