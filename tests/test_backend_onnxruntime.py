@@ -123,15 +123,33 @@ def test_invalid_calls_are_made_through_the_op_and_judged():
     assert rec["status"] == "unsupported"
 
 
+TIMED_SHAPES = ("decode-h8kv2d64-kv128-causal-f32", "decode-h8kv2d64-kv128-f16")
+
+
 @pytest.mark.parametrize("name", VARIANTS)
-def test_its_bench_party_times_the_op_on_each_input_set(name):
-    shape = parse_shape("decode-h8kv2d64-kv128-causal-f32")
+@pytest.mark.parametrize("shape_name", TIMED_SHAPES)
+def test_its_bench_party_times_the_op_on_each_input_set(name, shape_name):
+    shape = parse_shape(shape_name)
     party = backends.make(name).timer(shape, make_inputs(shape, n_sets=2), 1)
     seconds = party.run(3)
     assert len(seconds) == 3 and all(s > 0 for s in seconds)
     with pytest.raises(Unsupported, match="int8"):
         backends.make(name).timer(parse_shape("decode-h8kv2d64-kv128-i8"),
                                   make_inputs(parse_shape("decode-h8kv2d64-kv128-i8")), 1)
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("shape_name", TIMED_SHAPES)
+def test_the_timed_call_computes_what_the_checked_call_does(name, shape_name):
+    """bench times the op in its cache form where that differs from check's call."""
+    shape = parse_shape(shape_name)
+    s = make_inputs(shape)[0]
+    b, g = backends.make(name), ort_attention.Geometry.of(shape)
+    checked = b.execute(b.plan(g, s.q, s.k, s.v, None), 1)
+    timed = b.execute(b.timed_plan(g, s.q, s.k, s.v), 1)
+    if timed.ndim == 4:  # (Attention's 4D form: [B, H, Lq, D])
+        timed = timed.transpose(0, 2, 1, 3)
+    np.testing.assert_allclose(timed.reshape(checked.shape), checked, rtol=1e-3, atol=1e-3)
 
 
 def test_without_onnxruntime_it_says_how_to_install_it(monkeypatch):
