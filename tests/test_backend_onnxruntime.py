@@ -84,8 +84,11 @@ def test_where_the_runtime_differs_from_the_oracle_the_verdict_says_so(name, cas
     assert rec["status"] == status and words in rec["reason"], rec["reason"]
 
 
-@pytest.mark.parametrize("case", [MASKED_ROW, STALE_SLOTS], ids=lambda c: c.id)
-def test_attention_gives_zeros_for_a_fully_masked_row_and_reads_no_stale_slot(case):
+# a fully masked row (zeros), no stale slot read, a BF16 cache under an F32 query (cast up)
+@pytest.mark.parametrize("case", [MASKED_ROW, STALE_SLOTS,
+                                  Case("dtype", kv_len=65, dtype="bf16", q_dtype="f32")],
+                         ids=lambda c: c.id)
+def test_attention_passes_where_the_contrib_ops_differ_or_bf16_is_cast_up(case):
     rec = check("onnxruntime", case)
     assert rec["status"] == "pass", rec["reason"]
 

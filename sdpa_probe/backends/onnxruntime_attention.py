@@ -8,17 +8,16 @@
 How a case becomes an `Attention` call: Q, K and V as [B, S, H * D] (the 3D form,
 `q_num_heads` / `kv_num_heads` giving the heads: GQA needs no copy), the mask as a
 dense additive `attn_mask` [Lq, keys passed] in Q's dtype, `scale` when the case sets
-one.
-Causal: ORT 1.32's `is_causal` without `past_key` is top-left aligned (query i sees
-keys j <= i, whatever kv_len is: measured, though the opset 23 text says bottom-right)
-and with `past_key` it is offset by the past's length (j <= past + i). So a causal
-case passes the cache's first start_pos keys as `past_key` / `past_value` (ORT's [B,
-Hkv, S, D] cache form: a transposed copy; none at start_pos 0) and the next Lq as K
-and V, the new tokens' keys, as a caller holding a past and new keys has them: query
-i then sees j <= start_pos + i, the oracle's edge, with no explicit mask. The slots
-past start_pos + Lq, which no row sees, are left out: given them as more new keys,
-ORT breaks its own rule with one query (it sees every key: measured) and a NaN in
-one turns the rows NaN (docs/runtimes.md).
+one. Causal: ORT 1.32's `is_causal` without `past_key` is top-left aligned (query i
+sees keys j <= i, whatever kv_len is) and with `past_key` it is offset by the past's
+length (j <= past + i): measured, and the opset 23 text's rule (which it calls
+bottom-right alignment). So a causal case passes the cache's first start_pos keys as
+`past_key` / `past_value` (ORT's [B, Hkv, S, D] cache form: a transposed copy; none
+at start_pos 0) and the next Lq as K and V, the new tokens' keys, as a caller holding
+a past and new keys has them: query i then sees j <= start_pos + i, the oracle's
+edge, with no explicit mask. The slots past start_pos + Lq, which no row sees, are
+left out: given them as more new keys, ORT breaks its own rule with one query (it
+sees every key: measured) and a NaN in one turns the rows NaN (docs/runtimes.md).
 
 Sessions: one per op, input shapes, dtypes, attributes and thread count, built once
 and kept on the backend object (a check worker reuses it across cases); options as
@@ -35,9 +34,10 @@ copies of the inputs, made before the timed region; OnnxRuntimeBackend.timed_pla
 Unsupported: layouts ORT cannot see without a copy that would be the thing tested
 (strided, padded, transposed, far-apart batches: ORT takes dense tensors, no strides);
 int8 (no int8 Q/K/V in the op's types); BF16 (no CPU kernel: building the session
-fails, see BF16_REFUSAL); kv_len 0 (ORT: "KV sequence length must be greater than
-0"); F16 masks with values beyond the F16 range. A fully masked row gives zeros,
-as the opset 23 text says and the oracle does."""
+fails, see BF16_REFUSAL; an F32 query over a BF16 cache gets K and V cast up); kv_len
+0 (ORT: "KV sequence length must be greater than 0"); F16 masks with values beyond
+the F16 range. A fully masked row gives zeros, as the opset 23 text says and the
+oracle does."""
 
 from __future__ import annotations
 
@@ -120,6 +120,13 @@ def rows(x: np.ndarray) -> np.ndarray:
     """[B, S, H, D] as ORT's [B, S, H * D]: the array itself when it is dense."""
     x = np.ascontiguousarray(x)
     return x.reshape(x.shape[0], x.shape[1], x.shape[2] * x.shape[3])
+
+
+def as_float32(x: np.ndarray) -> np.ndarray:
+    """F16 values, or BF16 bit patterns (uint16), as float32."""
+    if x.dtype == np.uint16:
+        return (x.astype(np.uint32) << 16).view(np.float32)
+    return x.astype(np.float32)
 
 
 def heads_first(x: np.ndarray) -> np.ndarray:
@@ -216,7 +223,7 @@ class OnnxRuntimeBackend:
                     "views would reach it as a copy")
         if case.dtype == "i8":
             return self.INT8_REASON
-        if case.dtype == "bf16":
+        if case.dtype == "bf16" and case.out_dtype == "bf16":
             return self.BF16_REASON
         return self.limits(Geometry.of(case))
 
@@ -288,14 +295,14 @@ class OnnxRuntimeBackend:
         return b.get_outputs()[0].numpy()
 
     def inputs(self, data) -> tuple:
-        """The case's Q, K, V as stored (F16 K and V cast up to an F32 Q, as a caller
-        must) and its mask dense in Q's dtype; Unsupported for what cannot be."""
+        """The case's Q, K, V as stored (F16 / BF16 K and V cast up to an F32 Q, as a
+        caller must) and its mask dense in Q's dtype; Unsupported for what cannot be."""
         c = data.case
         why = self.supports(c)
         if why:
             raise Unsupported(why)
         dt = FLOAT_NP[c.out_dtype]
-        q, k, v = (x if x.dtype == dt else x.astype(dt)
+        q, k, v = (x if x.dtype == dt else as_float32(x)
                    for x in (data.q_store, data.k_store, data.v_store))
         mask = None
         if data.mask is not None:
