@@ -1,6 +1,7 @@
 """The SDPA paths under test, behind one Backend protocol (base.py) and one registry
 (registry.py): our native kernels and a user's (native_kernel.py), torch
-(torch_sdpa.py), ExecuTorch (executorch.py)."""
+(torch_sdpa.py), ExecuTorch (executorch.py), ONNX Runtime's attention ops
+(onnxruntime_attention.py, onnxruntime_contrib.py)."""
 
 from .base import Backend, Nondeterministic, Unsupported, describe_failure
 from .executorch import ExecutorchBackend, executorch_library, executorch_version

@@ -18,12 +18,17 @@ from .. import native
 from ..errors import ProbeError
 from .executorch import ExecutorchBackend
 from .native_kernel import NativeBackend
+from .onnxruntime_attention import OnnxRuntimeBackend
+from .onnxruntime_contrib import OnnxRuntimeGqaBackend, OnnxRuntimeMhaBackend
 from .torch_sdpa import TorchBackend
 
 # name -> backend class, one line each
 REGISTERED: dict[str, type] = {
     "torch": TorchBackend,
     "executorch": ExecutorchBackend,
+    "onnxruntime": OnnxRuntimeBackend,
+    "onnxruntime-gqa": OnnxRuntimeGqaBackend,
+    "onnxruntime-mha": OnnxRuntimeMhaBackend,
 }
 KERNEL_FILE_SUFFIXES = (".c", ".cpp", ".cc", ".cxx", ".so")
 # how kernel files were named in records written before a file was its own name
