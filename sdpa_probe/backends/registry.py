@@ -17,12 +17,16 @@ from .. import native
 from ..errors import ProbeError
 from .executorch import ExecutorchBackend
 from .native_kernel import NativeBackend
+from .openvino_sdpa import OpenvinoBackend, OpenvinoBf16Backend, OpenvinoF16Backend
 from .torch_sdpa import TorchBackend
 
 # name -> backend class, one line each
 REGISTERED: dict[str, type] = {
     "torch": TorchBackend,
     "executorch": ExecutorchBackend,
+    "openvino": OpenvinoBackend,
+    "openvino-bf16": OpenvinoBf16Backend,
+    "openvino-f16": OpenvinoF16Backend,
 }
 KERNEL_FILE_SUFFIXES = (".c", ".cpp", ".cc", ".cxx", ".so")
 # how kernel files were named in records written before a file was its own name
