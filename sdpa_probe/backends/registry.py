@@ -18,6 +18,7 @@ from ..errors import ProbeError
 from .executorch import ExecutorchBackend
 from .native_kernel import NativeBackend
 from .openvino_sdpa import OpenvinoBackend, OpenvinoBf16Backend, OpenvinoF16Backend
+from .openvino_stateful import OpenvinoStatefulBackend
 from .torch_sdpa import TorchBackend
 
 # name -> backend class, one line each
@@ -27,6 +28,7 @@ REGISTERED: dict[str, type] = {
     "openvino": OpenvinoBackend,
     "openvino-bf16": OpenvinoBf16Backend,
     "openvino-f16": OpenvinoF16Backend,
+    "openvino-stateful": OpenvinoStatefulBackend,
 }
 KERNEL_FILE_SUFFIXES = (".c", ".cpp", ".cc", ".cxx", ".so")
 # how kernel files were named in records written before a file was its own name
