@@ -218,10 +218,17 @@ class OpenvinoBackend:
         for s in sets:
             request = cm.create_infer_request()
             arrays = [s.q, s.k, s.v] + ([mask] if mask is not None else [])
-            for i, (x, (_x, d)) in enumerate(zip(arrays, first, strict=True)):
-                request.set_input_tensor(i, ov.Tensor(np.ascontiguousarray(x), list(x.shape),
-                                                      element_type(d)))
-            fns.append(request.infer)
+            tensors = [ov.Tensor(np.ascontiguousarray(x), list(x.shape), element_type(d))
+                       for x, (_x, d) in zip(arrays, first, strict=True)]
+            for i, t in enumerate(tensors):
+                request.set_input_tensor(i, t)
+
+            # (the call keeps the tensors: a request given one does not keep the memory it
+            # shares alive, and the mask's is nobody else's)
+            def call(request=request, tensors=tensors):
+                request.infer()
+            call.request = request
+            fns.append(call)
         return PyParty(self.name, fns)
 
 
