@@ -93,7 +93,8 @@ class OpenvinoBackend:
     name = "openvino"
     PRECISION = "f32"  # INFERENCE_PRECISION_HINT, and the query / output dtype it takes
     # (the op's shape inference refuses kv heads that do not divide the query heads, but
-    # it refuses 2 over 8 just as well: its refusal says nothing of an invalid call)
+    # it refuses 2 kv heads for 8 query heads just as well: its refusal says nothing of
+    # an invalid call)
     INVALID: tuple[str, ...] = ()
 
     def __init__(self):
