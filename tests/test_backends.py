@@ -43,7 +43,8 @@ def test_every_registered_backend_follows_the_protocol():
         if why is None:
             b = cls()
             assert isinstance(b.version(), str) and b.version()
-            assert b.supports(Case("decode")) is None
+            # (a backend of one precision, openvino-f16, takes the decode case in its dtype)
+            assert any(b.supports(Case("decode", dtype=d)) is None for d in ("f32", "f16", "bf16"))
 
 
 @pytest.fixture

@@ -20,6 +20,8 @@ from .executorch import ExecutorchBackend
 from .native_kernel import NativeBackend
 from .onnxruntime_attention import OnnxRuntimeBackend
 from .onnxruntime_contrib import OnnxRuntimeGqaBackend, OnnxRuntimeMhaBackend
+from .openvino_sdpa import OpenvinoBackend, OpenvinoBf16Backend, OpenvinoF16Backend
+from .openvino_stateful import OpenvinoStatefulBackend
 from .torch_sdpa import TorchBackend
 
 # name -> backend class, one line each
@@ -29,6 +31,10 @@ REGISTERED: dict[str, type] = {
     "onnxruntime": OnnxRuntimeBackend,
     "onnxruntime-gqa": OnnxRuntimeGqaBackend,
     "onnxruntime-mha": OnnxRuntimeMhaBackend,
+    "openvino": OpenvinoBackend,
+    "openvino-bf16": OpenvinoBf16Backend,
+    "openvino-f16": OpenvinoF16Backend,
+    "openvino-stateful": OpenvinoStatefulBackend,
 }
 KERNEL_FILE_SUFFIXES = (".c", ".cpp", ".cc", ".cxx", ".so")
 # how kernel files were named in records written before a file was its own name
