@@ -14,6 +14,7 @@ from ..records import Record
 from .convention import convention_of
 from .probes import (
     LEAK_CALLS,
+    LEAK_CONFIRM_CALLS,
     LEAK_WARMUP,
     THREADS_BUSY,
     growth_per_call,
@@ -57,7 +58,7 @@ def repeat_verdict(rec: Record, backend, case: Case, prep: Prepared, out) -> Non
             " made; the first did not): " + "; ".join(changed)))
         return
     rec.leak_bytes_per_call = grew["heap"]
-    each = f"on each of {LEAK_CALLS} repeats of the same call"
+    each = f"on each of {LEAK_CALLS + LEAK_CONFIRM_CALLS} repeats of the same call"
     after = f"(after {LEAK_WARMUP} warm-up calls)"
     if grew["fds"]:
         rec.update(status="fail", reason=(
