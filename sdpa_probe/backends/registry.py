@@ -17,6 +17,7 @@ from pathlib import Path
 from .. import native
 from ..errors import ProbeError
 from .executorch import ExecutorchBackend
+from .ggml_attention import GgmlBackend, GgmlNofaBackend
 from .native_kernel import NativeBackend
 from .onnxruntime_attention import OnnxRuntimeBackend
 from .onnxruntime_contrib import OnnxRuntimeGqaBackend, OnnxRuntimeMhaBackend
@@ -35,6 +36,8 @@ REGISTERED: dict[str, type] = {
     "openvino-bf16": OpenvinoBf16Backend,
     "openvino-f16": OpenvinoF16Backend,
     "openvino-stateful": OpenvinoStatefulBackend,
+    "ggml": GgmlBackend,
+    "ggml-nofa": GgmlNofaBackend,
 }
 KERNEL_FILE_SUFFIXES = (".c", ".cpp", ".cc", ".cxx", ".so")
 # how kernel files were named in records written before a file was its own name
