@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -305,13 +306,38 @@ def run_logged(cmd: list[str], log: Path, cwd: Path | None = None,
             proc.stdout.close()
 
 
+@contextlib.contextmanager
+def _sigterm_ends_the_build():
+    """SIGTERM ends the build as an exception does (exit 143), so that the cmake and
+    compiler processes are killed and the temporary folder removed on the way out (the
+    main thread only: elsewhere the handler is left as it is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, end)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _last_lines(log: Path, n: int = 1) -> str:
     lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     errors = [ln for ln in lines if "error" in ln.lower()]
     return (errors or lines or ["(no output)"])[0 if errors else -n]
 
 
-def _compile(src: Path, work: Path, tools: Toolchain) -> None:
+def _failed(log: Path, kept: Path, what: str) -> BuildError:
+    """The error for a failed step, its log copied out of the temporary folder first."""
+    shutil.copyfile(log, kept)
+    return BuildError(f"{what} failed: {_last_lines(log)} (log: {kept})")
+
+
+def _compile(src: Path, work: Path, tools: Toolchain, kept_log: Path) -> None:
     log = work / "build.log"
     say(f"configuring llama.cpp's CMakeLists in {work}")
     cmake = [tools.cmake, "-S", str(src), "-B", str(work / "cmake"),
@@ -319,20 +345,24 @@ def _compile(src: Path, work: Path, tools: Toolchain) -> None:
              f"-DCMAKE_C_FLAGS={' '.join(tools.cc[1:])}",
              f"-DCMAKE_CXX_FLAGS={' '.join(tools.cxx[1:])}", *CMAKE_FLAGS]
     if run_logged(cmake, log) != 0:
-        raise BuildError(f"configuring ggml failed: {_last_lines(log)} (log: {log})")
+        raise _failed(log, kept_log, "configuring ggml")
     jobs = max(1, min(MAX_JOBS, len(os.sched_getaffinity(0))))
     say(f"compiling {', '.join(TARGETS)} with {jobs} jobs (about two minutes)")
-    shown = [0]
+    compiled = [0]
 
     def progress(line: str) -> None:
-        m = re.match(r"\[\s*(\d+)%\]", line)
-        if m and int(m.group(1)) >= shown[0] + 25:
-            shown[0] = int(m.group(1)) // 25 * 25
-            say(f"{shown[0]}%")
+        # (cmake's own percentages count the targets not built: sources and links are said)
+        if "Building " in line:
+            compiled[0] += 1
+            if compiled[0] % 8 == 0:
+                say(f"{compiled[0]} sources compiled")
+        m = re.search(r"Built target (\S+)", line)
+        if m:
+            say(f"{m.group(1)} linked")
 
     build = [tools.cmake, "--build", str(work / "cmake"), "-j", str(jobs), "--target", *TARGETS]
     if run_logged(build, log, on_line=progress) != 0:
-        raise BuildError(f"compiling ggml failed: {_last_lines(log)} (log: {log})")
+        raise _failed(log, kept_log, "compiling ggml")
 
 
 def _assemble(work: Path, src: Path, out: Path, manifest: dict) -> None:
@@ -349,7 +379,7 @@ def _assemble(work: Path, src: Path, out: Path, manifest: dict) -> None:
             shutil.copy2(p, dest)
             files[f"lib/{p.name}"] = file_sha256(dest)
     if not any(name.startswith("lib/libggml-cpu.so") for name in files):
-        raise BuildError(f"the ggml build made no libggml-cpu.so (log: {work / 'build.log'})")
+        raise BuildError("the ggml build made no libggml-cpu.so")
     manifest["files"] = files
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     seal(out / MANIFEST)
@@ -374,7 +404,7 @@ def build(force: bool = False) -> GgmlBuild:
     key = build_key(tools, cpu_model(), _cpu_flags())
     root = build_root(usable_cache_root())
     dest = root / folder_name(key)
-    with file_lock(root / f"{folder_name(key)}.lock"):
+    with _sigterm_ends_the_build(), file_lock(root / f"{folder_name(key)}.lock"):
         m = None if force else intact(dest)
         if m is not None:  # (built meanwhile by another process)
             return GgmlBuild(dest, m)
@@ -387,7 +417,7 @@ def build(force: bool = False) -> GgmlBuild:
             src = work / "llama.cpp"
             say(f"building ggml from {sdist.name} in {work}")
             commit = extract(sdist, src)
-            _compile(src, work, tools)
+            _compile(src, work, tools, root / f"{folder_name(key)}-failed.log")
             manifest = {"ggml_version": _ggml_version(src), "llama_cpp_commit": commit,
                         "sdist": SDIST_FILE, "sdist_sha256": SDIST_SHA256,
                         "cmake_flags": list(CMAKE_FLAGS), "targets": list(TARGETS),
