@@ -348,7 +348,7 @@ def _compile(src: Path, work: Path, tools: Toolchain, kept_log: Path) -> None:
         raise _failed(log, kept_log, "configuring ggml")
     jobs = max(1, min(MAX_JOBS, len(os.sched_getaffinity(0))))
     say(f"compiling {', '.join(TARGETS)} with {jobs} jobs (about two minutes)")
-    compiled = [0]
+    compiled, linked = [0], set()
 
     def progress(line: str) -> None:
         # (cmake's own percentages count the targets not built: sources and links are said)
@@ -357,7 +357,8 @@ def _compile(src: Path, work: Path, tools: Toolchain, kept_log: Path) -> None:
             if compiled[0] % 8 == 0:
                 say(f"{compiled[0]} sources compiled")
         m = re.search(r"Built target (\S+)", line)
-        if m:
+        if m and m.group(1) not in linked:  # (make says it again for each dependant)
+            linked.add(m.group(1))
             say(f"{m.group(1)} linked")
 
     build = [tools.cmake, "--build", str(work / "cmake"), "-j", str(jobs), "--target", *TARGETS]
