@@ -115,7 +115,7 @@ class GgmlBuild:
     @property
     def description(self) -> str:
         m = self.manifest
-        omp = "ON" if "-DGGML_OPENMP=OFF" in m.get("cmake_flags", ()) else "OFF"
+        omp = "OFF" if "-DGGML_OPENMP=OFF" in m.get("cmake_flags", ()) else "ON"
         return (f"ggml {m['ggml_version']} (llama.cpp {m['llama_cpp_commit'][:9]}, from the "
                 f"{SDIST_PROJECT} {SDIST_VERSION} sdist; GGML_OPENMP={omp})")
 

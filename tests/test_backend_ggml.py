@@ -9,6 +9,7 @@ import dataclasses
 import io
 import json
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -85,6 +86,14 @@ def test_a_build_whose_library_was_altered_is_not_used(tmp_path):
     assert ggml_build.intact(tmp_path) == manifest
     lib.write_bytes(b"\x7fELF librarY")
     assert ggml_build.intact(tmp_path) is None
+
+
+def test_a_build_says_its_ggml_its_llama_cpp_commit_and_openmp():
+    manifest = {"ggml_version": "0.25.3", "llama_cpp_commit": ggml_build.LLAMA_CPP_COMMIT,
+                "cmake_flags": list(ggml_build.CMAKE_FLAGS)}
+    said = ggml_build.GgmlBuild(Path("/nowhere"), manifest).description
+    assert said == ("ggml 0.25.3 (llama.cpp 0c1e57098, from the llama-cpp-python 0.3.36 "
+                    "sdist; GGML_OPENMP=OFF)")
 
 
 def test_unbuilt_it_says_what_to_run(monkeypatch):
