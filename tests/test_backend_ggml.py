@@ -152,6 +152,20 @@ def test_flash_attention_rounds_the_mask_to_f16(built):
 
 
 @pytest.mark.ggml
+def test_flash_attention_over_f16_passes_under_its_f16_accumulator(built):
+    """Its vector loop sums P.V in F16 (ggml_vec_mad_f16): beyond the F16 tolerance
+    against the float64 oracle, within it against a reference that sums so; with flash
+    off (F32 sums) the case passes plainly."""
+    case = Case("dtype", kv_len=129, dtype="f16")
+    rec = _record("ggml", case)
+    assert rec["status"] == "pass" and rec["convention"], rec["reason"]
+    assert "against the float64 oracle: error above tolerance" in rec["reason"]
+    assert make("ggml-nofa").convention(case) is None
+    nofa = _record("ggml-nofa", case)
+    assert (nofa["status"], nofa["convention"]) == ("pass", None), nofa["reason"]
+
+
+@pytest.mark.ggml
 def test_a_slot_past_the_causal_edge_reaches_every_row(built):
     """The harness's NaN in the cache slots no query sees: ggml-nofa multiplies every
     slot (a -inf score, then 0 x NaN), and so does flash attention's tiled path (q_len

@@ -16,10 +16,14 @@ other), F32 with it off (llama.cpp's choice). The output, float32 [B, Lq, H, D] 
 ggml, is written into the case's output in its dtype. Graph, buffers and threadpool
 are made once per shape and calling thread; the compute alone is timed, in a C loop.
 
-With an F16 (BF16) cache ggml rounds Q to F16 (BF16) before K.Q in its vector path,
-and with flash off rounds P to the cache's type before V.P: its convention, measured in
-docs/runtimes.md. The int8 cases have no ggml counterpart (its Q8_0 has one scale per
-32 values, not per token)."""
+With an F16 (BF16) cache ggml rounds Q to F16 (BF16) before K.Q in its vector path
+(q_len under 64; from 64 its tiled path keeps Q and its sums in F32), sums P.V in an
+F16 accumulator there when V is F16, and with flash off rounds Q and the normalised P
+to the cache's type for its two products: its conventions, measured in
+docs/runtimes.md; flash attention's are declared (`convention`). Its F16 mask is one
+too, which a Convention cannot say, nor mul_mat's rounding of the normalised P. The
+int8 cases have no ggml counterpart (its Q8_0 has one scale per 32 values, not per
+token)."""
 
 from __future__ import annotations
 
@@ -32,6 +36,7 @@ import torch
 from .. import ggml_build
 from ..build import load
 from ..errors import BuildError, KernelError, ProbeError
+from ..judge.convention import Convention
 from ..party import Party
 from ..reference import bias_matrix
 from .base import Unsupported, write_bshd
@@ -41,6 +46,7 @@ KV_NP = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}  # (bf16: its 
 Q, K, V, MASK, OUT = range(5)
 F16_MAX = float(np.finfo(np.float16).max)
 INT8_REASON = "ggml has no per-token int8 cache (its Q8_0 is one scale per 32 values)"
+TILED_Q = 64  # ggml's flash attention takes its tiled path (F32 Q and sums) from here
 
 
 @functools.lru_cache(maxsize=1)
@@ -136,6 +142,22 @@ class GgmlBackend:
             # (it aborts the process: a [0, D] V cache's strides read as transposed)
             return "ggml_mul_mat asserts on a transposed V cache of 0 keys"
         return None
+
+    def convention(self, case) -> Convention | None:
+        """Where flash attention rounds by design on this case (ggml-cpu/ops.cpp, its
+        vector loop): Q to the cache's type for Q.K, and P.V summed in an F16
+        accumulator over an F16 V. None with flash attention off: mul_mat rounds Q, and
+        the normalised P, to the cache's type and never divides again, where a
+        Convention's p rounds the unnormalised probabilities and divides by their sum
+        (judged against that, it fails for a rounding it does not make)."""
+        dt = case.dtype
+        if not self.FLASH or dt not in ("f16", "bf16"):
+            return None
+        if dt == "f16" and case.q_len >= TILED_Q:
+            return None
+        if dt == "f16":
+            return Convention("Q rounded to F16 before Q·K, P·V summed in F16", q=dt, acc=dt)
+        return Convention("Q rounded to BF16 before Q·K", q=dt)
 
     def _pool(self, n_threads: int):
         """A threadpool per calling thread and thread count (a pool runs one graph at a
