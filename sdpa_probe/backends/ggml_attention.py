@@ -17,12 +17,12 @@ ggml, is written into the case's output in its dtype. Graph, buffers and threadp
 are made once per shape and calling thread; the compute alone is timed, in a C loop.
 
 With an F16 (BF16) cache ggml rounds Q to F16 (BF16) before K.Q in its vector path
-(q_len under 64; from 64 its tiled path keeps Q and its sums in F32), sums P.V in an
-F16 accumulator there when V is F16, and with flash off rounds Q and the normalised P
-to the cache's type for its two products: its conventions, measured in
-docs/runtimes.md; flash attention's are declared (`convention`). Its F16 mask is one
-too, which a Convention cannot say, nor mul_mat's rounding of the normalised P. The
-int8 cases have no ggml counterpart (its Q8_0 has one scale per 32 values, not per
+(q_len under 64; from 64 its tiled path keeps Q and its sums in F32), and with flash
+off rounds Q and the normalised P to the cache's type for its two products; flash
+attention's mask is F16. These are its conventions, declared (`convention`). Its
+vector path also sums P.V in an F16 accumulator over an F16 V, although llama.cpp
+asks the op for F32 precision: not declared, so judged as any error is. The int8
+cases have no ggml counterpart (its Q8_0 has one scale per 32 values, not per
 token)."""
 
 from __future__ import annotations
@@ -144,20 +144,24 @@ class GgmlBackend:
         return None
 
     def convention(self, case) -> Convention | None:
-        """Where flash attention rounds by design on this case (ggml-cpu/ops.cpp, its
-        vector loop): Q to the cache's type for Q.K, and P.V summed in an F16
-        accumulator over an F16 V. None with flash attention off: mul_mat rounds Q, and
-        the normalised P, to the cache's type and never divides again, where a
-        Convention's p rounds the unnormalised probabilities and divides by their sum
-        (judged against that, it fails for a rounding it does not make)."""
-        dt = case.dtype
-        if not self.FLASH or dt not in ("f16", "bf16"):
+        """Where ggml rounds by design on this case (ggml-cpu/ops.cpp): flash attention
+        stores the mask in F16 (llama.cpp's KQ mask with flash attention on) and, in
+        its vector path (q_len under 64, and every BF16 cache), rounds Q to the cache's
+        type for Q.K; with flash off, mul_mat rounds Q and the normalised P to the
+        cache's type. Not declared: flash attention's F16 P.V accumulator over an F16 V,
+        which the F32 precision llama.cpp asks of the op (GGML_PREC_F32) rules out; a
+        case it fails stays a failure (docs/runtimes/ggml.md)."""
+        dt = case.dtype if case.dtype in ("f16", "bf16") else None
+        if not self.FLASH:
+            return (Convention(f"Q and the normalised P rounded to {dt.upper()}", q=dt, p=dt,
+                               p_normalised=True) if dt else None)
+        rounds_q = dt is not None and (dt == "bf16" or case.q_len < TILED_Q)
+        mask = "f16" if case.mask != "none" else None
+        if not rounds_q and mask is None:
             return None
-        if dt == "f16" and case.q_len >= TILED_Q:
-            return None
-        if dt == "f16":
-            return Convention("Q rounded to F16 before Q·K, P·V summed in F16", q=dt, acc=dt)
-        return Convention("Q rounded to BF16 before Q·K", q=dt)
+        what = [f"Q rounded to {dt.upper()} before Q·K"] if rounds_q else []
+        what += ["the mask stored in F16"] if mask else []
+        return Convention(", ".join(what), q=dt if rounds_q else None, mask=mask)
 
     def _pool(self, n_threads: int):
         """A threadpool per calling thread and thread count (a pool runs one graph at a

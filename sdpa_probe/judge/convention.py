@@ -31,6 +31,9 @@ class Convention:
     p: str | None = None    # the dtype the (unnormalised) probabilities are rounded to
     acc: str | None = None  # the dtype of an online-softmax P·V accumulator, rounded at
     #                         every key (keys in order, as a single-threaded loop adds them)
+    mask: str | None = None  # the dtype the additive mask is stored in
+    p_normalised: bool = False  # p rounds the normalised probabilities (P·V then is
+    #                             the output, no division after it), not the unnormalised
 
 
 def _round(x: torch.Tensor, dtype: str | None) -> torch.Tensor:
@@ -47,15 +50,22 @@ def conventional_reference(data, conv: Convention):
     g = gqa_kv_head(H, k.shape[2])
     kk, vv = k[:, :, g, :], v[:, :, g, :]                                  # [B, Lkv, H, D]
     s = torch.einsum("bihd,bjhd->bhij", q, kk) * scale
-    s = s + bias_matrix(Lq, k.shape[1], mask=data.mask_t, is_causal=c.causal,
-                        start_pos=c.start_pos)
+    mask = data.mask_t
+    if mask is not None and conv.mask is not None:
+        mask = mask.to(ROUNDED[conv.mask])  # (out of range: ±inf, as the stored mask is)
+    s = s + bias_matrix(Lq, k.shape[1], mask=mask, is_causal=c.causal, start_pos=c.start_pos)
     if conv.acc is not None:
         return _online(s, vv, conv).permute(0, 2, 1, 3).contiguous()
     m = s.amax(dim=-1, keepdim=True)
     dead = torch.isneginf(m)
-    p = _round(torch.exp(s - torch.where(dead, torch.zeros_like(m), m)), conv.p)
-    den = p.sum(dim=-1, keepdim=True)
-    o = torch.einsum("bhij,bjhd->bhid", p, vv) / torch.where(dead, torch.ones_like(den), den)
+    p = torch.exp(s - torch.where(dead, torch.zeros_like(m), m))
+    den = torch.where(dead, torch.ones_like(m), p.sum(dim=-1, keepdim=True))
+    if conv.p_normalised:
+        o = torch.einsum("bhij,bjhd->bhid", _round(p / den, conv.p), vv)
+    else:
+        p = _round(p, conv.p)
+        o = torch.einsum("bhij,bjhd->bhid", p, vv) / torch.where(
+            dead, torch.ones_like(den), p.sum(dim=-1, keepdim=True))
     return torch.where(dead, torch.zeros_like(o), o).permute(0, 2, 1, 3).contiguous()
 
 
@@ -80,8 +90,9 @@ def _online(s: torch.Tensor, vv: torch.Tensor, conv: Convention) -> torch.Tensor
         acc = _round(acc + ps * vj, conv.acc)
         total = total * ms + ps
         m = new_m
-    return torch.where(total > 0, acc / torch.where(total > 0, total, torch.ones_like(total)),
-                       torch.zeros_like(acc))
+    # (a row that saw no key is zeros; a NaN score leaves its row NaN, as in the oracle)
+    return torch.where(total == 0, torch.zeros_like(acc),
+                       acc / torch.where(total == 0, torch.ones_like(total), total))
 
 
 def convention_of(backend, case) -> Convention | None:
