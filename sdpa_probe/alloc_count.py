@@ -17,14 +17,17 @@ whose worker dies is reported as such, and the worker is restarted for the rest.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 
+from . import sandbox
 from .build import PRELOAD_DIR, build_preload
-from .children import child_env, signal_name
+from .children import TAIL_BYTES, child_env, signal_name
 from .errors import BuildError
 
 WARMUP = 2
@@ -63,17 +66,11 @@ def count(jobs: Sequence[dict], threads: int, calls: int = CALLS,
     start = 0
     while start < len(jobs):
         todo = list(range(start, len(jobs)))
-        request = {"threads": threads, "calls": calls, "jobs": [jobs[i] for i in todo]}
         timeout = 60.0 + timeout_per_job * len(todo)
-        try:
-            proc = subprocess.run([sys.executable, "-m", "sdpa_probe.alloc_count_worker"],
-                                  input=json.dumps(request), capture_output=True, text=True,
-                                  timeout=timeout, env=env)
-            stdout, died = proc.stdout, proc.returncode
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout or ""
-            stdout = out.decode(errors="replace") if isinstance(out, bytes) else out
-            died = None
+        limits = sandbox.limits(1, timeout)
+        request = {"threads": threads, "calls": calls, "jobs": [jobs[i] for i in todo],
+                   "limits": dataclasses.asdict(limits), "parent": os.getpid()}
+        stdout, died, said = _run_worker(request, env, timeout)
         done = [json.loads(line[len(MARK):]) for line in stdout.splitlines()
                 if line.startswith(MARK)]
         for i, r in zip(todo, done, strict=False):
@@ -84,11 +81,32 @@ def count(jobs: Sequence[dict], threads: int, calls: int = CALLS,
         if died is None:
             results[bad] = {"error": f"no answer within {timeout:g} s"}
         else:
-            said = [ln for ln in (proc.stderr or "").splitlines() if ln.strip()]
-            results[bad] = {"error": f"the counting worker died ({signal_name(died)})"
-                            + (f": {said[-1][:200]}" if said else "")}
+            results[bad] = {"error": f"the counting worker died ({signal_name(died)}"
+                            f"{sandbox.death_note(died, limits)})"
+                            + (f": {said[-1][:200]}{sandbox.memory_note(said[-1], limits)}"
+                               if said else "")}
         start = bad + 1
     return results, None
+
+
+def _run_worker(request: dict, env: dict, timeout: float) -> tuple[str, int | None, list]:
+    """The counting worker on one request: its result lines, its exit code (None: no
+    answer in time) and the lines it (its kernels) printed, from a file it writes under
+    the output cap."""
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "sdpa_probe.alloc_count_worker"],
+                                  input=json.dumps(request), stdout=subprocess.PIPE, stderr=err,
+                                  text=True, timeout=timeout, env=env)
+            stdout, died = proc.stdout, proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout or ""
+            stdout = out.decode(errors="replace") if isinstance(out, bytes) else out
+            died = None
+        size = err.seek(0, os.SEEK_END)
+        err.seek(max(0, size - TAIL_BYTES))
+        said = [ln for ln in err.read().decode(errors="replace").splitlines() if ln.strip()]
+    return stdout, died, said
 
 
 def per_call(run: Callable[[int], object], calls: int, stats: Callable[[], tuple],

@@ -5,11 +5,12 @@ called n and 2n times, its process-wide allocation counts read around the calls.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import torch
 
-from . import native
+from . import native, sandbox
 from .alloc_count import MARK, per_call
 from .bench.inputs import make_inputs
 from .bench.parties import make_party
@@ -25,6 +26,12 @@ def _stats(ffi, lib) -> tuple[int, int, int, int]:
 
 def main() -> None:
     request = json.loads(sys.stdin.read())
+    sandbox.confine(sandbox.Limits(**request["limits"]), request["parent"])
+    # the results on a stdout of their own; what a kernel prints goes to stderr, a file
+    # under the output cap
+    results = os.fdopen(os.dup(1), "w")
+    sys.stdout.flush()
+    os.dup2(2, 1)
     threads, calls = int(request["threads"]), int(request["calls"])
     torch.set_num_threads(threads)
     ffi, lib, _ = native.native_lib()
@@ -40,8 +47,8 @@ def main() -> None:
             result = per_call(party.call, calls, lambda: _stats(ffi, lib))
         except Exception as exc:  # a status, an unsupported shape: said, not a crash
             result = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-        sys.stdout.write(MARK + json.dumps(result) + "\n")
-        sys.stdout.flush()
+        results.write(MARK + json.dumps(result) + "\n")
+        results.flush()
 
 
 if __name__ == "__main__":

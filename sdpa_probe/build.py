@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from . import __version__
+from . import __version__, compiler_guard
 from .build_cache import (  # noqa: F401 (some re-exported: machine, last_failed)
     HASH_SUFFIX,
     build_root,
@@ -212,10 +212,11 @@ def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str],
         # prepended to ours, so it is set aside during the build. The whole environment
         # is put back after it: setuptools sets PLAT, which `probe bench` and `profile`
         # would otherwise see appear while a kernel runs (caller_state).
+        # (both through a compiler guard: the compiler dies with this process)
         saved = dict(os.environ)
-        os.environ["CC"] = " ".join(cc)
+        os.environ["CC"] = compiler_guard.guarded_text(cc)
         # C++ objects link through the C++ driver, which adds its runtime library
-        os.environ["LDSHARED"] = " ".join(cxx or cc) + " -shared"
+        os.environ["LDSHARED"] = compiler_guard.guarded_text(cxx or cc) + " -shared"
         os.environ.pop("CFLAGS", None)
         log_path = Path(tmp) / "build.log"
         try:
@@ -270,8 +271,7 @@ def _compile_objects(spec: BuildSpec, module_name: str, cc: list[str], flags: li
             cmd = [*cxx, *OBJECT_FLAGS, *cxx_flags(flags)]
         else:
             cmd = [*cc, *OBJECT_FLAGS, *flags]
-        return subprocess.run([*cmd, *incs, "-c", str(src), "-o", str(obj)],
-                              capture_output=True, text=True)
+        return compiler_guard.run([*cmd, *incs, "-c", str(src), "-o", str(obj)])
 
     try:
         with concurrent.futures.ThreadPoolExecutor(min(_build_jobs(), len(order) or 1)) as pool:
@@ -333,7 +333,8 @@ def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
             clean_stale_builds(broot, module_name)
             t0 = time.perf_counter()
             try:
-                _compile(spec, module_name, cc_cmd, flags, dest, cxx_cmd or None)
+                with compiler_guard.interruptible():
+                    _compile(spec, module_name, cc_cmd, flags, dest, cxx_cmd or None)
             except BuildError as exc:
                 last_error = exc
                 continue
@@ -365,8 +366,9 @@ def build_preload(source: Path, cc: str | None = None) -> Path:
                                          dir=root) as tmp:
             built = Path(tmp) / dest.name
             try:
-                proc = subprocess.run([*cc_cmd, *flags, str(source), "-o", str(built)],
-                                      capture_output=True, text=True, timeout=120)
+                with compiler_guard.interruptible():
+                    proc = compiler_guard.run([*cc_cmd, *flags, str(source), "-o", str(built)],
+                                              timeout=120)
             except (OSError, subprocess.TimeoutExpired) as exc:
                 raise BuildError(f"compiling {source.name} failed: {exc}") from None
             if proc.returncode != 0 or not built.is_file():

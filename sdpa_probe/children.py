@@ -1,19 +1,27 @@
 """Child processes that import this package (check's workers, the allocation
-counter, a trial call): their environment, and how one ended, in words."""
+counter, a trial call): their environment, how one ended, in words, and the end of
+whatever they started."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+
+from . import sandbox
+
+TAIL_BYTES = 1 << 16  # of a log read for its last words (a flood's is OUTPUT_CAP long)
 
 
 def last_words(log: str) -> str:
     """The most telling line a dead worker printed: an assert or error if any."""
     try:
-        with open(log, errors="replace") as fh:
-            lines = [ln.strip() for ln in fh.readlines()[-50:] if ln.strip()]
+        with open(log, "rb") as fh:
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - TAIL_BYTES))
+            text = fh.read().decode(errors="replace")
     except OSError:
         return ""
+    lines = [ln.strip() for ln in text.splitlines()[-50:] if ln.strip()]
     for ln in reversed(lines):
         low = ln.lower()
         if any(w in low for w in ("assert", "error", "abort", "fault", "terminate")):
@@ -65,9 +73,43 @@ SIGNAL_NOTES = {
 
 
 def child_env(**extra: str) -> dict:
-    """The environment for a `python -c` / `-m` child that imports this package: ours,
-    with the package's parent put first on PYTHONPATH (a checkout that is not installed
-    still imports), plus `extra`."""
+    """The environment for a `python -c` / `-m` child that imports this package and
+    calls kernels: ours as sandbox.environment lets through (--pass-env's too), with the
+    package's parent put first on PYTHONPATH (a checkout that is not installed still
+    imports), plus `extra`."""
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+    return sandbox.environment(PYTHONPATH=os.pathsep.join(
         p for p in (package_parent, os.environ.get("PYTHONPATH")) if p), **extra)
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes under pid, children first (/proc; none without it)."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as fh:
+                    kids = [int(k) for k in fh.read().split()]
+            except OSError:
+                continue
+            found += [k for k in kids if k not in found]
+            todo += kids
+    return found
+
+
+def kill_tree(pid: int, passes: int = 5) -> None:
+    """SIGKILL every process under pid (not pid), again while some appear (one forked
+    between the reading and the kill)."""
+    for _ in range(passes):
+        found = descendants(pid)
+        if not found:
+            return
+        for p in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGKILL)

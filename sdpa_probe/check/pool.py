@@ -5,7 +5,8 @@ A job is one case with the list of backends to run on it: the worker builds
 the inputs and the float64 reference once, then runs each backend and sends a
 record per backend. If the worker dies, the backend in flight is reported as
 `crash` (with the signal) and the rest of the job is re-queued on a fresh
-worker; if a backend exceeds its time limit, it is `timeout`."""
+worker; if a backend exceeds its time limit, it is `timeout`. Workers run under
+sandbox's environment and limits."""
 
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ import time
 from multiprocessing.connection import wait
 from pathlib import Path
 
+from .. import sandbox
 from ..backends import parse
 from ..cases import Case
-from ..children import died_in_call, last_words, process_alive, signal_name
+from ..children import died_in_call, kill_tree, last_words, process_alive, signal_name
 from ..invalid_args import describe
 from ..records import base_record
 from .worker import worker_main
@@ -121,12 +123,13 @@ class WorkerPool:
         _clean_stale_logdirs()
         self.logdir = tempfile.TemporaryDirectory(prefix=f"{LOG_PREFIX}{os.getpid()}_")
         self.n_spawned = 0
+        self.limits: sandbox.Limits | None = None  # (run() knows a job's calls)
 
     def _spawn(self) -> _Slot:
         parent, child = self.ctx.Pipe()
         self.n_spawned += 1
         log = os.path.join(self.logdir.name, f"worker{self.n_spawned}.log")
-        setup = {**self.setup, "log": log, "parent": os.getpid()}
+        setup = {**self.setup, "log": log, "parent": os.getpid(), "limits": self.limits}
         proc = self.ctx.Process(target=worker_main, args=(child, setup), daemon=True)
         # glibc fills every block the worker mallocs with 0x7F bytes (3.4e38 as F32, NaN
         # as F16): a kernel that reads scratch it never wrote gets garbage every time,
@@ -137,25 +140,19 @@ class WorkerPool:
         if self.malloc_debug is not None:  # (not over the user's own preload: a sanitizer)
             env["LD_PRELOAD"] = self.malloc_debug
             tunables.append("glibc.malloc.check=3")
-        saved = {k: os.environ.get(k) for k in ("GLIBC_TUNABLES", *env)}
-        os.environ["GLIBC_TUNABLES"] = ":".join(
-            t for t in (saved["GLIBC_TUNABLES"], *tunables) if t)
-        os.environ.update(env)
-        try:
+        env["GLIBC_TUNABLES"] = ":".join(
+            t for t in (os.environ.get("GLIBC_TUNABLES"), *tunables) if t)
+        with sandbox.inherited(sandbox.environment(**env)):  # (spawn takes ours)
             proc.start()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         child.close()
         return _Slot(proc, parent, log, deadline=time.monotonic() + self.startup_timeout)
 
     @staticmethod
     def _kill(slot: _Slot) -> None:
-        """The worker and its process group: what a kernel forked dies with it."""
+        """The worker, what it started (it reaps its kernels' orphans: a double fork
+        with setsid is under it too) and its process group."""
         if slot.proc.pid is not None:
+            kill_tree(slot.proc.pid)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(slot.proc.pid, signal.SIGKILL)  # (its own group: worker_main)
         if slot.proc.is_alive():
@@ -177,6 +174,9 @@ class WorkerPool:
         backend of every job, as it comes. (Names as the records will carry them: a
         kernel file's older `user:` form is read as the file.)"""
         queue = collections.deque((case, [parse(n).name for n in names]) for case, names in work)
+        # a job's calls: building the case, then each backend
+        self.limits = sandbox.limits(self.n, self.timeout,
+                                     1 + max((len(names) for _, names in queue), default=1))
         self.slots = [self._spawn() for _ in range(min(self.n, len(queue)) or 1)]
         on_term = _end_on_sigterm()
         try:
@@ -207,7 +207,7 @@ class WorkerPool:
 
     def _service(self, s: _Slot, queue, on_record) -> _Slot:
         try:
-            finished = False  # (a job, in this call)
+            finished = worn = False  # (a job, in this call; its worker's CPU time spent)
             while s.conn.poll():
                 msg = s.conn.recv()
                 if msg[0] == "ready":
@@ -220,9 +220,10 @@ class WorkerPool:
                     s.deadline = time.monotonic() + self.timeout
                 elif msg[0] == "done":
                     s.case, s.pending, finished = None, [], True
-                    if self.fresh_per_job:
+                    worn = len(msg) > 1 and msg[1]
+                    if self.fresh_per_job or worn:
                         break
-            if self.fresh_per_job and finished:
+            if (self.fresh_per_job or worn) and finished:
                 self._retire(s)
                 return self._spawn()
             return s
@@ -231,9 +232,12 @@ class WorkerPool:
         # the worker died
         s.proc.join(5)
         why = died_in_call(s.proc.exitcode) if s.pending else signal_name(s.proc.exitcode)
+        why += sandbox.death_note(s.proc.exitcode, self.limits)
         said = last_words(s.log)
         if said:
-            why += f"; it printed: {said}{explain_heap_abort(said)}"
+            why += (f"; it printed: {said}{explain_heap_abort(said)}"
+                    f"{sandbox.memory_note(said, self.limits)}")
+            why += sandbox.output_note(s.log, self.limits)
         if s.case is not None and s.pending:
             on = ""
             if s.case.invalid:  # (the call it died in was one it should have refused)

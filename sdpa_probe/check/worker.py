@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import traceback
 
-from .. import caller_state
+from .. import caller_state, sandbox
 from ..backends import make
 from ..cases import Case
+from ..children import kill_tree
 from ..errors import CaseUnavailable
 from ..judge import repeat
 from ..judge.fresh_inputs import retry_on_fresh_inputs
@@ -19,9 +20,9 @@ from .calls import prepare_case, run_one
 
 def worker_main(conn, setup: dict) -> None:
     # what the kernel prints (an abort's message, a library's logging) goes to a
-    # log the parent reads when this process dies
+    # log the parent reads when this process dies (appended to: emptied per job)
     if setup.get("log"):
-        fd = os.open(setup["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(setup["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
@@ -34,7 +35,19 @@ def worker_main(conn, setup: dict) -> None:
     configure(**setup.get("build", {}))
     if setup.get("parent") and caller_state.die_with_parent(setup["parent"]) == 1:
         return  # (the run ended while this worker started)
+    limits = setup.get("limits")
+    if limits is not None:
+        sandbox.confine(limits)
     repeat.LEAK_CHECK = setup.get("leak_check", True)
+    try:
+        _serve(conn, setup, limits)
+    finally:  # (what kernels started and left, reaped by this process: not orphaned)
+        kill_tree(os.getpid())
+
+
+def _serve(conn, setup: dict, limits: sandbox.Limits | None) -> None:
+    """Jobs from the pool until it sends None or goes: a record per backend, then done
+    (and whether this process is worn out: too little CPU time left for a job)."""
     backends: dict = {}
     earlier: dict[str, Case] = {}  # the case each backend ran last in this process
     conn.send(("ready",))
@@ -47,6 +60,9 @@ def worker_main(conn, setup: dict) -> None:
             return
         params, names = msg
         case = Case(**params)
+        if limits is not None:
+            sandbox.fresh_log(setup.get("log", ""))
+            sandbox.allow_cpu(limits)
         try:
             prep = prepare_case(case, golden=setup.get("golden"))
         except Exception as exc:
@@ -57,11 +73,13 @@ def worker_main(conn, setup: dict) -> None:
                 status, reason = "error", f"harness could not build the case: {err}"
             for name in names:
                 rec = base_record(name, case)
-                rec.update(status=status, reason=reason)
+                rec.update(status=status, reason=reason + sandbox.memory_note(reason, limits))
                 conn.send(("rec", rec))
-            conn.send(("done",))
+            conn.send(("done", limits is not None and sandbox.worn_out(limits)))
             continue
         for name in names:
+            if limits is not None:
+                sandbox.allow_cpu(limits)
             try:
                 if name not in backends:
                     backends[name] = make(name)
@@ -72,6 +90,7 @@ def worker_main(conn, setup: dict) -> None:
             except Exception as exc:
                 rec = base_record(name, case)
                 rec.reason = f"{type(exc).__name__}: {exc}"[:300]
+                rec.reason += sandbox.memory_note(rec.reason, limits)
             earlier[name] = case
             conn.send(("rec", rec))
-        conn.send(("done",))
+        conn.send(("done", limits is not None and sandbox.worn_out(limits)))

@@ -5,10 +5,11 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from .. import bench
+from .. import bench, sandbox
 from ..backends import is_kernel_file
 from . import command
 from .output import Output, check_writable, human_bytes
+from .pass_env import PASS_ENV
 
 
 def _split(text: str | None) -> list[str]:
@@ -209,6 +210,7 @@ def bench_command(
                                help="Also show the project's own kernel-speed goals this run "
                                     "measured (docs/performance.md): a last table, and "
                                     "\"targets\" in the JSON."),
+    pass_env: list[str] = PASS_ENV,
 ) -> None:
     """Time native kernels (ours or yours) against torch / ExecuTorch SDPA and each
     other, side by side in one run.
@@ -219,6 +221,7 @@ def bench_command(
     Ratio = peer median / kernel median: above 1 the native kernel is faster.
     """
     out = Output(json_path == "-")
+    sandbox.pass_env(pass_env)
     if list_presets:
         _list_presets(out)
         return

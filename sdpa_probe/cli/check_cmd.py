@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .. import conformance, native
+from .. import conformance, native, sandbox
 from ..backends import BackendSpec, default_specs, parse, parse_list
 from ..check.run import (
     EXTRA_SUITES,
@@ -28,6 +28,7 @@ from . import command
 from .check_render import STATUS_STYLE, show_result
 from .check_render import list_cases as show_cases
 from .output import Output, check_writable
+from .pass_env import PASS_ENV
 from .repro import run_repro
 
 MAX_TIMEOUT = 86400
@@ -60,7 +61,13 @@ def check_command(
                                help="Write the conformance report here, in Markdown: per "
                                     "backend and case family, the counts and the first "
                                     "failure ('-': stdout)."),
-    jobs: int = typer.Option(2, "--jobs", "-j", min=1, help="Worker processes."),
+    jobs: int = typer.Option(2, "--jobs", "-j", min=1,
+                             help="Worker processes (at most the usable cores, unless "
+                                  "--force-jobs)."),
+    force_jobs: bool = typer.Option(False, "--force-jobs",
+                                    help="Run -j workers even when there are fewer usable "
+                                         "cores."),
+    pass_env: list[str] = PASS_ENV,
     timeout: float = typer.Option(60.0, "--timeout", min=0.1,
                                   help="Seconds per (backend, case) before it is a timeout."),
     repro: str = typer.Option(None, "--repro", help="Rerun one case id and show where it fails."),
@@ -103,6 +110,7 @@ def check_command(
     Exit code 0: every case passed (unsupported allowed); 1: a case failed, crashed or
     timed out; 2: usage error."""
     out = Output(json_mode="-" in (json_path, report))  # (stdout is the document's)
+    sandbox.pass_env(pass_env)
     _check_options(save, repro, after, seed, timeout)
     check_writable(json_path, "--json", inputs=[kernel])
     check_writable(junit, "--junit", inputs=[kernel], stdout_ok=False)
@@ -132,6 +140,9 @@ def check_command(
                              "probe sizing --help shows its policies")
         show_cases(out, cases, json_path)
         return
+    req.jobs, job_notes = sandbox.plan_jobs(req.jobs, force_jobs)
+    for note in job_notes:
+        out.note(note)
     res = _run_with_progress(out, req, cases, keep_ids, notes)
     for note in res.notes:
         out.note(note)

@@ -9,6 +9,7 @@ import typer
 from rich.console import Group
 from rich.live import Live
 
+from .. import sandbox
 from ..errors import ProbeError
 from ..profile import models, report
 from ..profile.interactive import explore
@@ -16,6 +17,7 @@ from ..profile.run import run_profile
 from ..profile.settings import settings_from_options
 from . import command
 from .output import Output, check_writable
+from .pass_env import PASS_ENV
 
 # the options, one per parameter of profile_command below
 _MODEL = typer.Option(None, "--model", "-m", help=f"Shape preset: {', '.join(models.PRESETS)}.")
@@ -152,9 +154,10 @@ def profile_command(
     seed: int = _SEED, roofline: bool = _ROOFLINE, json_path: str = _JSON, csv_path: str = _CSV,
     trace_path: str = _TRACE, live: bool = _LIVE, chart: str = _CHART,
     chart_by: str = _CHART_BY, chart_top: int = _CHART_TOP, interactive: bool = _INTERACTIVE,
-    script: bool = _SCRIPT,
+    script: bool = _SCRIPT, pass_env: list[str] = PASS_ENV,
 ) -> None:
     """Profile one transformer decode step op by op: decomposed vs fused attention."""
+    sandbox.pass_env(pass_env)
     _check_options(kernel, json_path, csv_path, trace_path, chart, chart_by, chart_top,
                    interactive, script, ab, live)
     to_stdout = "-" in (json_path, csv_path, trace_path)

@@ -5,13 +5,14 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from .. import native
+from .. import native, sandbox
 from ..backends import parse
 from ..cases import DTYPES, Case
 from ..check.single import check_and_time
 from ..errors import ProbeError
 from . import command
 from .output import Output
+from .pass_env import PASS_ENV
 
 
 def shape_case(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, head_dim: int,
@@ -59,10 +60,12 @@ def run_command(
     repeat: int = typer.Option(20, "--repeat", min=1, help="Timed calls after a warm-up."),
     seed: int = typer.Option(0, "--seed"),
     json_out: bool = typer.Option(False, "--json"),
+    pass_env: list[str] = PASS_ENV,
 ) -> None:
     """Run one kernel on one shape: check it against the oracle (in a worker process,
     so a crash is reported) and time it."""
     out = Output(json_out)
+    sandbox.pass_env(pass_env)
     if user_kernel is not None:
         native.load_user_kernel(user_kernel)  # (build errors surface here, once)
         spec = parse(str(user_kernel))
