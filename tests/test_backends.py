@@ -74,3 +74,15 @@ def test_a_new_backend_gets_the_same_verdicts(toy_registered):
     recs = [run_one(bad, c, prepare_case(c)) for c in CASES[:3]]
     assert [r["status"] for r in recs] == ["pass", "pass", "fail"]
     assert "toy-nomask" in recs[2]["repro"] and recs[2]["reason"]
+
+
+def test_each_runtime_gets_worker_processes_of_its_own():
+    """Our kernels, kernel files and torch share workers; a runtime's module has its
+    own, so its thread pools and state never sit beside another backend's calls."""
+    specs = backends.parse_list(["flash,onnxruntime,torch,ggml,onnxruntime-gqa,ggml-nofa,"
+                                 "mine.c,openvino,openvino-stateful"])
+    groups = registry.worker_groups(specs)
+    assert groups[0] == ["flash", "torch", "mine.c"]
+    assert ["ggml", "ggml-nofa"] in groups and ["onnxruntime"] in groups
+    assert sorted(n for g in groups for n in g) == sorted(s.name for s in specs)
+    assert all(len({registry.REGISTERED[n].__module__ for n in g}) == 1 for g in groups[1:])

@@ -112,6 +112,19 @@ def default_specs() -> list[BackendSpec]:
         BackendSpec("registered", "torch")]
 
 
+def worker_groups(specs: list[BackendSpec]) -> list[list[str]]:
+    """The backends' names in the groups that share worker processes, in order: our
+    kernels, kernel files and torch in one; each runtime's module in one of its own. A
+    runtime's thread pools, allocator and state stay out of the processes that judge
+    other backends (a pool that spins after its call reads as the threads of the next
+    kernel the worker calls), and a runtime that aborts takes none of them down."""
+    groups: dict[str, list[str]] = {}
+    for s in specs:
+        own = s.kind == "registered" and s.name != "torch"
+        groups.setdefault(REGISTERED[s.name].__module__ if own else "", []).append(s.name)
+    return list(groups.values())
+
+
 def make(spec: BackendSpec | str):
     """The backend object for a spec (or a name, parsed)."""
     if isinstance(spec, str):

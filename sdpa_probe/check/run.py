@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .. import last_failed, native
 from ..backends import BackendSpec, make
+from ..backends.registry import worker_groups
 from ..backends.inventory import versions_in_child
 from ..cases import DTYPES, SUITES, Case, all_cases, find_case, random_cases, suite
 from ..errors import ProbeError
@@ -166,8 +167,9 @@ def run_check(req: CheckRequest, cases: list[Case],
         setup = req.worker_setup()
         if golden is not None:
             setup["golden"] = str(golden.root.resolve())
-        WorkerPool(jobs=req.jobs, timeout=req.timeout, setup=setup,
-                   fresh_per_job=req.isolate).run([(c, req.names) for c in cases], collect)
+        for names in worker_groups(req.specs):  # (one pool each: registry.worker_groups)
+            WorkerPool(jobs=req.jobs, timeout=req.timeout, setup=setup,
+                       fresh_per_job=req.isolate).run([(c, names) for c in cases], collect)
     if runs_cache_sizing(req):
         # -k, --skip (and --last-failed) filter these records by id too
         records += [r for r in cache_sizing_records(req.specs)
