@@ -183,4 +183,7 @@ def _run_with_progress(out: Output, req: CheckRequest, cases, keep_ids, notes) -
             prog.update(task, advance=1,
                         last=f"[{style}]{rec['status']}[/] {rec['backend']} {rec['case']}")
 
-        return run_check(req, cases, on_record, keep_ids, notes)
+        def on_golden_case(case_id: str) -> None:
+            prog.update(task, last=f"[dim]verifying golden data[/] {case_id}")
+
+        return run_check(req, cases, on_record, keep_ids, notes, on_golden_case)
