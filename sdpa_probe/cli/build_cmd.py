@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from .. import native
+from ..errors import ProbeError
 from . import command
 from .output import Output
 
@@ -24,6 +25,8 @@ def build_command(
 ) -> None:
     """Compile the native kernels into the build cache and say what was built where."""
     out = Output(json_out)
+    if cc is not None and not cc.strip():  # (else read as not given: $CC or Python's)
+        raise ProbeError("--cc is empty: give a C compiler, e.g. --cc gcc")
     # the options apply to this build only: no process-wide state is changed
     if kernel is not None:
         res = native.build(native.user_kernel_spec(kernel), force=force, cc=cc, cflags=cflags)

@@ -73,12 +73,17 @@ def _case_problems(root: Path, ent: dict, man: dict, check_inputs: bool,
     return probs
 
 
-def golden_root(root: Path | None) -> Path:
-    """The golden directory asked for (None: default_dir()); GoldenError if it is none."""
+def golden_root(root: Path | None, holding: bool = False) -> Path:
+    """The golden directory asked for (None: default_dir()); GoldenError if it is none,
+    or with holding, if it holds no golden data at all (neither a manifest nor a case
+    file: not a damaged set, another directory)."""
     root = default_dir() if root is None else Path(root)
     if not root.is_dir():
         what = "is not a directory" if root.exists() else "does not exist"
         raise GoldenError(f"no golden directory {show_path(root)}: it {what}")
+    if holding and not (root / MANIFEST).exists() and not any(root.glob("*.npz")):
+        raise GoldenError(f"{show_path(root)} holds no golden data (no {MANIFEST}, no .npz "
+                          f"files)")
     return root
 
 
