@@ -111,6 +111,8 @@ def check_command(
                          "computed live)")
     if golden and repro is not None:
         raise ProbeError("--repro recomputes the reference live; drop --golden")
+    if golden and suite_name in EXTRA_SUITES:
+        raise ProbeError(f"the {suite_name} suite has no golden references; drop --golden")
     if golden:  # (its manifest read now: a directory that holds no set is a usage error)
         store(golden_dir if golden_dir is not None else default_dir())
     req = CheckRequest(_backend_specs(backend, kernel, out), suite_name, k, skip,
