@@ -7,6 +7,14 @@ class ProbeError(Exception):
     exit_code = 2
 
 
+class KernelProblem(ProbeError):
+    """A kernel under test found at fault before or while it is measured (it crashed or
+    failed its trial call, gave wrong output, called a valid call invalid): one line,
+    exit code 1, as check, run and bench report a failing kernel."""
+
+    exit_code = 1
+
+
 class BuildError(ProbeError):
     """The native code could not be compiled or loaded."""
 

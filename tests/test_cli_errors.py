@@ -19,9 +19,11 @@ SEGFAULT = '#include "sdpa_probe.h"\nint sdpa_forward(const sdpa_args *a) {\n' \
            '  (void)a; volatile int *p = 0; *p = 1; return 0;\n}\n'
 
 
-def _usage_error(argv, msg, **kw):
+def _usage_error(argv, msg, code=2, **kw):
+    """One "error:" line on stderr with msg, exit code 2 (a usage error; 1: a problem
+    found in the kernel)."""
     res = runner.invoke(app, argv, **kw)
-    assert res.exit_code == 2, res.output
+    assert res.exit_code == code, res.output
     assert "Traceback" not in res.output
     assert msg in res.output, res.output
     err = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
@@ -312,7 +314,8 @@ def test_bench_and_profile_survive_a_kernel_that_calls_exit(tmp_path, code):
     doc = json.loads(res.stdout)
     assert doc["crashed"] == [f"{SHAPE}: quits.c"]
     assert any(f"exited (code {code}) inside the call" in n for n in doc["notes"])
-    _usage_error(PROFILE + ["--kernel", str(k)], f"exited (code {code}) inside the call")
+    _usage_error(PROFILE + ["--kernel", str(k)], f"exited (code {code}) inside the call",
+                 code=1)
     res = runner.invoke(app, ["check", "--kernel", str(k), "--repro", CASE])
     assert res.exit_code == 1 and "crash" in res.output
     assert "exit() in the kernel?" in " ".join(res.output.split())
@@ -332,17 +335,19 @@ def test_bench_and_profile_refuse_a_kernel_that_forks_or_closes_its_fds(tmp_path
                               "--rounds", "1", "--min-time", "0", "--json", "-"])
     doc = json.loads(res.stdout)
     assert doc["results"] == [] and not doc["crashed"], res.output
+    assert doc["failed"] == [f"{SHAPE}: rude.c"] and res.exit_code == 1  # (had been 2)
     assert any("rude.c failed a trial call (left its process changed: " in n and said in n
                for n in doc["notes"]), doc["notes"]
     res = _usage_error(PROFILE + ["--kernel", str(k)], "attention user (rude.c) failed a trial "
-                       "call: left its process changed: ")
+                       "call: left its process changed: ", code=1)
     assert said in res.stderr
 
 
 def test_profile_refuses_a_kernel_that_segfaults(segfault_kernel):
+    # exit 1 (it had been 2): a problem found in the kernel, as bench and run say it
     _usage_error(PROFILE + ["--kernel", str(segfault_kernel)],
                  "attention user (segv.c) crashed in a trial call: SIGSEGV; reproduce: "
-                 f"probe run --kernel {segfault_kernel} --heads 9 --kv-heads 3")
+                 f"probe run --kernel {segfault_kernel} --heads 9 --kv-heads 3", code=1)
 
 
 @pytest.mark.parametrize("argv,msg", [

@@ -130,15 +130,17 @@ int sdpa_forward(const sdpa_args *a) {  /* plausible-looking but wrong: all zero
 """
 
 
-@pytest.mark.parametrize("value,status,needle", [
-    ("0.0f", "SDPA_OK", "user (wrong.c) disagrees with decomposed at context 12"),
-    ("0.0f", "SDPA_UNSUPPORTED", "attention user (wrong.c) failed at context 12"),
+@pytest.mark.parametrize("value,status,needle,code", [
+    # wrong output is a problem found (1); a kernel that does not take the call, usage (2)
+    ("0.0f", "SDPA_OK", "user (wrong.c) disagrees with decomposed at context 12", 1),
+    ("0.0f", "SDPA_INVALID", "attention user (wrong.c) failed at context 12", 1),
+    ("0.0f", "SDPA_UNSUPPORTED", "attention user (wrong.c) failed at context 12", 2),
 ])
-def test_a_wrong_user_kernel_stops_the_run(tmp_path, value, status, needle):
+def test_a_wrong_user_kernel_stops_the_run(tmp_path, value, status, needle, code):
     src = tmp_path / "wrong.c"
     src.write_text(WRONG_KERNEL % (value, status))
     res = run(*TINY, *FAST, "--kernel", str(src), "--context", "12", "--cache", "f32")
-    assert res.exit_code == 2, res.output
+    assert res.exit_code == code, res.output
     err = res.stderr.strip().splitlines()
     assert err[-1].startswith("error:") and needle in err[-1]
     assert "sum of ops" not in res.stdout

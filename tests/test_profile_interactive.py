@@ -58,3 +58,18 @@ def test_interactive_ends_at_end_of_input():
                      input="attention nope\n")
     assert res.exit_code == 0, res.output
     assert res.stdout.count("sum of ops") == 1 and "unknown attention 'nope'" in res.stderr
+
+
+def test_a_change_that_cannot_run_is_not_kept(monkeypatch):
+    """An out-of-memory context had stayed in the settings: every later command (a
+    rerun, another setting) failed with the same out-of-memory error."""
+    import sdpa_probe.profile.run as profile_run
+
+    monkeypatch.setattr(profile_run, "mem_available", lambda: 64 << 20)  # (the tiny model fits)
+    res = cli.invoke(app, ["profile", *TINY, *FAST, "--context", "20", "-i", "--script"],
+                     input="context 10000000\nsteps 2\n\n")
+    assert res.exit_code == 0, res.output
+    assert res.stderr.count("out of memory") == 1, res.stderr
+    assert "settings kept as they were: model custom, context 20," in " ".join(res.stderr.split())
+    assert res.stdout.count("sum of ops") == 3      # the first run, steps 2, the rerun
+    assert "after steps 3 -> 2" in res.stdout       # against the run before, not the failed one

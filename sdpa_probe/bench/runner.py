@@ -14,6 +14,7 @@ from .. import TOOL, machine, native
 from ..backends import REGISTERED, Unsupported, executorch_version, is_kernel_file, parse
 from ..caller_state import Guard
 from ..errors import ProbeError, SdpaInvalid, SdpaUnsupported
+from ..limits import check_threads
 from ..party import NativeParty, Party
 from ..trial_call import LEFT_CHANGED, trial_call
 from . import host, timing
@@ -44,6 +45,7 @@ from .shapes import DTYPES, Shape, select_shapes
 SCHEMA = 1
 MAX_MIN_TIME = 60.0  # seconds a party's batch of calls may take, each round
 TRIAL_CRASH = "crashed in a trial call"  # first_call's reason when the child died
+TRIAL_FAILED = "failed a trial call"  # ... when the call returned, its process changed
 
 Progress = Callable[[str], None]
 
@@ -66,6 +68,7 @@ class _Session:
     l2: int | None = None
     avail: int | None = None
     crashed: list[str] = dataclasses.field(default_factory=list)  # "shape: kernel" (exit 1)
+    failed: list[str] = dataclasses.field(default_factory=list)   # "shape: kernel" (exit 1)
     left_changed: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     fma: FmaParty | None = None
     read: ReadParty | None = None
@@ -78,7 +81,7 @@ def first_call(party: NativeParty, left: dict[str, list[str]]) -> str | None:
     if party.kernel.user and party.kernel.build is not None:
         died = trial_call(party.kernel.build, dataclasses.asdict(party.shape), party.threads)
         if died and died.startswith(LEFT_CHANGED):  # (it returned: not a crash)
-            return f"failed a trial call ({died})"
+            return f"{TRIAL_FAILED} ({died})"
         if died:
             return f"{TRIAL_CRASH} ({died})"
     guard = Guard(left)  # (read here, after the kernel's build)
@@ -100,8 +103,7 @@ def run_bench(shape: str, kernels: Sequence[str] = (), peers: Sequence[str] = ("
     """`probe bench` from its options: the shapes a spec selects (presets, groups, custom
     names; only `dtypes` if given) checked against the kernels, then run(). goals: the
     document also holds the project's own speed goals this run measured ("targets")."""
-    if threads < 0 or threads > 64:  # (the native thread pool's limit, SDPA_PROBE_MAX_THREADS)
-        raise ProbeError(f"--threads must be between 1 and 64 (0: all cores), got {threads}")
+    check_threads(threads)
     if not (math.isfinite(min_time) and min_time <= MAX_MIN_TIME):
         raise ProbeError(f"--min-time must be at most {MAX_MIN_TIME:g} seconds (a batch of "
                          f"calls a round), got {min_time:g}")
@@ -258,6 +260,8 @@ def _tried(s: _Session, shape: Shape, party: NativeParty) -> str | None:
     why = first_call(party, s.left_changed)
     if why and why.startswith(TRIAL_CRASH):
         s.crashed.append(f"{shape.name}: {party.kernel.name}")
+    elif why and why.startswith(TRIAL_FAILED):
+        s.failed.append(f"{shape.name}: {party.kernel.name}")
     return why
 
 
@@ -411,6 +415,7 @@ def _document(s: _Session, results: list[dict], load: dict, torch_version: str) 
         "load": load,
         "notes": s.notes,
         "crashed": s.crashed,
+        "failed": s.failed,
         # kernels asked for (--kernel) that no shape timed: each declined or crashed on all
         "untimed": [k.name for k in s.chosen or ()
                     if not any(r["kernel"] == k.name for r in results)],

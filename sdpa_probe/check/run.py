@@ -16,7 +16,7 @@ from ..backends.registry import worker_groups
 from ..backends.inventory import versions_in_child
 from ..cases import DTYPES, SUITES, Case, all_cases, find_case, random_cases, suite
 from ..errors import ProbeError
-from ..golden import GoldenStore, default_dir, store
+from ..golden import GoldenProblems, GoldenStore, default_dir, store, verify
 from ..records import Record
 from ..report import check_document
 from ..sizing import run_suite as run_cache_sizing_suite
@@ -136,26 +136,37 @@ def cache_sizing_records(specs: list[BackendSpec]) -> list[Record]:
     return records
 
 
-def open_golden(req: CheckRequest, cases: list[Case]) -> GoldenStore | None:
+def open_golden(req: CheckRequest, cases: list[Case],
+                progress: Callable[[str], None] | None = None) -> GoldenStore | None:
+    """The golden set a --golden check judges against: every selected case stored, and
+    what `probe golden verify` finds for them (files, records, semantics, the inputs,
+    references and torch errors recomputed) nothing, else GoldenError before any worker
+    starts."""
     if not req.golden:
         return None
     if req.suite_name in EXTRA_SUITES:
         raise ProbeError(f"the {req.suite_name} suite has no golden references; drop --golden")
     golden = store(req.golden_dir if req.golden_dir is not None else default_dir())
-    golden.require(cases)  # every case stored and intact, else one line
+    golden.require(cases)  # every case stored and its file intact, else one line
+    res = verify(golden.root, ids=[c.id for c in cases if c.needs_reference],
+                 progress=progress)
+    if not res.ok:
+        raise GoldenProblems(res)
     return golden
 
 
 def run_check(req: CheckRequest, cases: list[Case],
               on_record: Callable[[Record], None] = lambda rec: None,
-              keep_ids: set[str] | None = None, notes: list[str] | None = None) -> CheckResult:
+              keep_ids: set[str] | None = None, notes: list[str] | None = None,
+              on_golden_case: Callable[[str], None] | None = None) -> CheckResult:
     """Every backend of the request on `cases` (select_cases, last_failed_filter), then
     the cache-sizing records where the suite has them (those in keep_ids, if given);
-    on_record sees each record as it comes."""
+    on_record sees each record as it comes, on_golden_case each case id as its golden
+    data is verified (--golden)."""
     notes = notes if notes is not None else []
     if not req.specs:
         raise ProbeError("no backend to check")
-    golden = open_golden(req, cases)
+    golden = open_golden(req, cases, on_golden_case)
     records: list[Record] = []
 
     def collect(rec: Record) -> None:

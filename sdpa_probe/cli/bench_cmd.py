@@ -7,6 +7,7 @@ from rich.table import Table
 
 from .. import bench, sandbox
 from ..backends import is_kernel_file
+from ..errors import ProbeError
 from . import command
 from .output import Output, check_writable, human_bytes
 from .pass_env import PASS_ENV
@@ -155,9 +156,10 @@ def _render(out: Output, doc: dict, json_path: str | None) -> None:
 
 
 def _exit_status(doc: dict) -> None:
-    """Exit 2 when a kernel asked for by name timed nothing, 1 when one crashed."""
+    """Exit 2 when a kernel asked for by name timed nothing, 1 when one crashed or
+    failed its trial call."""
     # nothing measured for a kernel asked for by name (with no crash, each one declined)
-    if doc["untimed"] and not doc["crashed"]:
+    if doc["untimed"] and not doc["crashed"] and not doc["failed"]:
         typer.echo(f"error: {', '.join(doc['untimed'])} took none of the shapes asked for (it "
                    "returned SDPA_UNSUPPORTED for each; the notes say which): nothing timed",
                    err=True)
@@ -166,6 +168,11 @@ def _exit_status(doc: dict) -> None:
         typer.echo(f"error: {len(doc['crashed'])} (shape, kernel) crashed in a trial call: "
                    f"{', '.join(doc['crashed'][:3])}{' ...' if len(doc['crashed']) > 3 else ''}; "
                    "probe check --kernel FILE tells why", err=True)
+        raise typer.Exit(1)
+    if doc["failed"]:  # (it returned, leaving its process changed: check fails it too)
+        typer.echo(f"error: {len(doc['failed'])} (shape, kernel) failed a trial call: "
+                   f"{', '.join(doc['failed'][:3])}{' ...' if len(doc['failed']) > 3 else ''}; "
+                   "the notes say what each left changed", err=True)
         raise typer.Exit(1)
 
 
@@ -197,7 +204,8 @@ def bench_command(
                                 help="Threads for the native kernels and torch (0: all cores)."),
     cold: bool = typer.Option(False, "--cold",
                               help="Rotate through inputs larger than the last-level cache."),
-    rounds: int = typer.Option(7, "--rounds", min=1, help="Interleaved rounds per shape."),
+    rounds: int = typer.Option(7, "--rounds", min=1, max=1000,
+                               help="Interleaved rounds per shape."),
     min_time: float = typer.Option(0.05, "--min-time", min=0.0,
                                    help="Seconds each party runs per round (at least one call)."),
     json_path: str = typer.Option(None, "--json",
@@ -222,6 +230,9 @@ def bench_command(
     """
     out = Output(json_path == "-")
     sandbox.pass_env(pass_env)
+    for option, value in (("--kernel", kernel), ("--dtype", dtype)):
+        if value is not None and not _split(value):  # (else read as not given)
+            raise ProbeError(f"{option} is empty")
     if list_presets:
         _list_presets(out)
         return

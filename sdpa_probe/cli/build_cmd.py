@@ -36,6 +36,8 @@ def build_command(
                              "--cc or --cflags (set $CC to choose its compiler)")
         _build_ggml(out, force, json_out)
         return
+    if cc is not None and not cc.strip():  # (else read as not given: $CC or Python's)
+        raise ProbeError("--cc is empty: give a C compiler, e.g. --cc gcc")
     # the options apply to this build only: no process-wide state is changed
     if kernel is not None:
         res = native.build(native.user_kernel_spec(kernel), force=force, cc=cc, cflags=cflags)

@@ -22,16 +22,19 @@ from ..check.run import (
 )
 from ..errors import ProbeError
 from ..outputs import write_text
+from ..golden import default_dir, store
+from ..limits import check_seed
 from ..records import Record
 from ..report import exit_code, write_junit
 from . import command
 from .check_render import STATUS_STYLE, show_result
 from .check_render import list_cases as show_cases
-from .output import Output, check_writable
+from .output import Output, check_writable, path_option
 from .pass_env import PASS_ENV
 from .repro import run_repro
 
 MAX_TIMEOUT = 86400
+MAX_JOBS = 1024  # worker processes: past any machine's cores
 
 
 # why long: its options are its signature (typer)
@@ -61,7 +64,7 @@ def check_command(
                                help="Write the conformance report here, in Markdown: per "
                                     "backend and case family, the counts and the first "
                                     "failure ('-': stdout)."),
-    jobs: int = typer.Option(2, "--jobs", "-j", min=1,
+    jobs: int = typer.Option(2, "--jobs", "-j", min=1, max=MAX_JOBS,
                              help="Worker processes (at most the usable cores, unless "
                                   "--force-jobs)."),
     force_jobs: bool = typer.Option(False, "--force-jobs",
@@ -75,13 +78,13 @@ def check_command(
                                     help="With --repro: run these case ids first, in the same "
                                          "process (a failure that depends on an earlier call; "
                                          "check's records name the case)."),
-    save: Path = typer.Option(None, "--save", help="With --repro: write inputs, reference and "
+    save: str = typer.Option(None, "--save", help="With --repro: write inputs, reference and "
                                                    "a torch-only script to this directory."),
     force: bool = typer.Option(False, "--force", help="With --save: overwrite existing files."),
     golden: bool = typer.Option(False, "--golden",
                                 help="Check against the stored golden references (probe golden) "
                                      "instead of recomputing the oracle."),
-    golden_dir: Path = typer.Option(None, "--golden-dir",
+    golden_dir: str = typer.Option(None, "--golden-dir",
                                     help="The golden directory (implies --golden; default: "
                                          "$SDPA_PROBE_GOLDEN or the checkout's golden/)."),
     last_failed: bool = typer.Option(False, "--last-failed", "--lf",
@@ -111,7 +114,8 @@ def check_command(
     timed out; 2: usage error."""
     out = Output(json_mode="-" in (json_path, report))  # (stdout is the document's)
     sandbox.pass_env(pass_env)
-    _check_options(save, repro, after, seed, timeout)
+    save, golden_dir = path_option(save, "--save"), path_option(golden_dir, "--golden-dir")
+    _check_options(save, repro, after, seed, timeout, k)
     check_writable(json_path, "--json", inputs=[kernel])
     check_writable(junit, "--junit", inputs=[kernel], stdout_ok=False)
     check_writable(report, "--report", inputs=[kernel])
@@ -123,6 +127,10 @@ def check_command(
                          "computed live)")
     if golden and repro is not None:
         raise ProbeError("--repro recomputes the reference live; drop --golden")
+    if golden and suite_name in EXTRA_SUITES:
+        raise ProbeError(f"the {suite_name} suite has no golden references; drop --golden")
+    if golden:  # (its manifest read now: a directory that holds no set is a usage error)
+        store(golden_dir if golden_dir is not None else default_dir())
     req = CheckRequest(_backend_specs(backend, kernel, out), suite_name, k, skip,
                        parse_dtypes(dtype), seed, jobs, timeout, golden, golden_dir,
                        last_failed, isolate, not no_leak_check)
@@ -157,15 +165,16 @@ def check_command(
     raise typer.Exit(exit_code(res.records))
 
 
-def _check_options(save, repro, after, seed: int, timeout: float) -> None:
+def _check_options(save, repro, after, seed: int, timeout: float, k) -> None:
     if save is not None and repro is None:
         raise ProbeError("--save needs --repro CASE_ID")
     if after and repro is None:
         raise ProbeError("--after needs --repro CASE_ID")
     if save is not None and save.exists() and not save.is_dir():
         raise ProbeError(f"--save {save} is not a directory")
-    if seed < 0:
-        raise ProbeError(f"--seed must be >= 0, got {seed}")
+    check_seed(seed)
+    if k and not all(x.strip() for x in k):  # (an empty one would select every case)
+        raise ProbeError("-k is empty: give part of a case id (probe check --list)")
     if not timeout <= MAX_TIMEOUT:  # (inf too: the worker pool waits in poll(), in ms)
         raise ProbeError(f"--timeout must be at most {MAX_TIMEOUT} s (a day), got {timeout:g}")
 
@@ -180,7 +189,11 @@ def _backend_specs(backend: list[str] | None, kernel: Path | None,
         native.load_user_kernel(kernel)
         specs.append(parse(str(kernel)))
     if backend:
-        specs += parse_list(backend)
+        listed = parse_list(backend)
+        specs += listed
+        if not listed:
+            raise ProbeError("--backend is empty: give a kernel (probe kernels), torch, "
+                             "executorch or all")
     elif kernel is None:
         specs = default_specs()
     kept = []
@@ -204,4 +217,7 @@ def _run_with_progress(out: Output, req: CheckRequest, cases, keep_ids, notes) -
             prog.update(task, advance=1,
                         last=f"[{style}]{rec['status']}[/] {rec['backend']} {rec['case']}")
 
-        return run_check(req, cases, on_record, keep_ids, notes)
+        def on_golden_case(case_id: str) -> None:
+            prog.update(task, last=f"[dim]verifying golden data[/] {case_id}")
+
+        return run_check(req, cases, on_record, keep_ids, notes, on_golden_case)

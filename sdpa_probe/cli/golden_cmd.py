@@ -10,7 +10,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from .. import golden
 from . import app, command, typer_app
-from .output import Output
+from .output import Output, path_option
 
 golden_app = typer_app(
     "golden", "Golden data: stored float64 references for tests and `probe check --golden`.")
@@ -18,7 +18,7 @@ app.add_typer(golden_app, name="golden")
 
 DIR_HELP = "The golden directory (default: $SDPA_PROBE_GOLDEN or the checkout's golden/)."
 DRIFT_HELP = ("A reference counts as changed when an element moves by more than this fraction "
-              "of the case's tolerance (atol + rtol*|ref|).")
+              "of the case's tolerance (atol + rtol*|ref|), 0 to 1.")
 STATUS_STYLE = {"same": "green", "within": "green", "new": "cyan", "changed": "bold red",
                 "only-this": "yellow", "only-other": "yellow", "unreadable": "bold red"}
 
@@ -86,10 +86,11 @@ def regen_command(
                                     "the full matrix). The other stored cases are kept."),
     suite_name: str = typer.Option(golden.DEFAULT_SUITE, "--suite", help="Without --cases: the "
                                    "golden set is exactly this suite (smoke | default | full)."),
-    directory: Path = typer.Option(None, "--dir", help=DIR_HELP),
+    directory: str = typer.Option(None, "--dir", help=DIR_HELP),
     accept: bool = typer.Option(False, "--accept", help="Write even though references changed "
                                 "beyond tolerance, or stored cases would be removed."),
-    drift: float = typer.Option(golden.DRIFT_FRACTION, "--drift", min=0.0, help=DRIFT_HELP),
+    drift: float = typer.Option(golden.DRIFT_FRACTION, "--drift", min=0.0, max=1.0,
+                                help=DRIFT_HELP),
     dry_run: bool = typer.Option(False, "--dry-run", help="Compute and compare; write nothing."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
@@ -109,6 +110,7 @@ def regen_command(
         else:
             prog.update(tasks[0], advance=1, last=case.id)
 
+    directory = path_option(directory, "--dir")
     try:
         plan = golden.regenerate(cases, suite_name, root=directory, accept=accept, drift=drift,
                                  dry_run=dry_run, progress=step)
@@ -124,7 +126,7 @@ def regen_command(
 
 @_command("verify")
 def verify_command(
-    directory: Path = typer.Option(None, "--dir", help=DIR_HELP),
+    directory: str = typer.Option(None, "--dir", help=DIR_HELP),
     inputs: bool = typer.Option(True, "--inputs/--no-inputs",
                                 help="Also regenerate each case's inputs from its seed and "
                                      "check them against their recorded sha256."),
@@ -135,7 +137,8 @@ def verify_command(
     Exit code 0: intact; 1: a file is missing, truncated or corrupted, or the inputs or
     semantics drifted."""
     out = Output(json_out)
-    directory = golden.golden_root(directory)  # (a usage error before the progress bar)
+    # (a usage error before the progress bar: no directory, or one that holds no set)
+    directory = golden.golden_root(path_option(directory, "--dir"), holding=True)
     with _progress(out, "golden verify") as prog:
         task = prog.add_task("verify", total=None, last="")
         res = golden.verify(directory, check_inputs=inputs,
@@ -161,10 +164,11 @@ def verify_command(
 
 @_command("diff")
 def diff_command(
-    other: Path = typer.Argument(..., help="The other golden directory (e.g. regenerated "
-                                           "under a new torch with regen --dir)."),
-    directory: Path = typer.Option(None, "--dir", help=DIR_HELP),
-    drift: float = typer.Option(golden.DRIFT_FRACTION, "--drift", min=0.0, help=DRIFT_HELP),
+    other: str = typer.Argument(..., help="The other golden directory (e.g. regenerated "
+                                          "under a new torch with regen --dir)."),
+    directory: str = typer.Option(None, "--dir", help=DIR_HELP),
+    drift: float = typer.Option(golden.DRIFT_FRACTION, "--drift", min=0.0, max=1.0,
+                                help=DRIFT_HELP),
     show_all: bool = typer.Option(False, "--all", help="List every case, not only those "
                                                        "that differ."),
     json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
@@ -174,6 +178,8 @@ def diff_command(
     Exit code 0: the same within tolerance; 1: they differ (a case changed, is missing
     on one side or unreadable, or the semantics differ)."""
     out = Output(json_out)
+    other = golden.golden_root(path_option(other, "OTHER_DIR"), holding=True)
+    directory = golden.golden_root(path_option(directory, "--dir"), holding=True)
     doc = golden.diff_sets(directory, other, drift)
     if json_out:
         out.emit_json(doc)

@@ -7,12 +7,14 @@ import contextlib
 import io
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import cffi
 from rich.console import Console
 
 from .. import native, outputs
+from ..errors import ProbeError
 from ..outputs import (  # noqa: F401 -- re-exported: the commands import them from here
     _not_a_report,
     check_writable,
@@ -99,6 +101,16 @@ def native_stdout_to_stderr():
         sys.stdout = old
         os.dup2(saved, 1)
         os.close(saved)
+
+
+def path_option(value: str | None, option: str) -> Path | None:
+    """A directory option's value (None when not given). An empty one is refused, not
+    read as the working directory: it is a shell variable that was not set."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise ProbeError(f"{option} is empty: give a directory")
+    return Path(value)
 
 
 def human_bytes(n: float | None) -> str:

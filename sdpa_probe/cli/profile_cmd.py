@@ -11,6 +11,7 @@ from rich.live import Live
 
 from .. import sandbox
 from ..errors import ProbeError
+from ..limits import check_count
 from ..profile import models, report
 from ..profile.interactive import explore
 from ..profile.run import run_profile
@@ -71,7 +72,8 @@ _CHART = typer.Option(None, "--chart", help="With a context sweep: also write th
                       "chart as SVG to PATH.svg.")
 _CHART_BY = typer.Option("op", "--chart-by",
                          help="Chart series: op (the top ops) or kind (op kinds).")
-_CHART_TOP = typer.Option(6, "--chart-top", help="Series per chart panel.")
+MAX_CHART_TOP = 100
+_CHART_TOP = typer.Option(6, "--chart-top", help="Series per chart panel (1-100).")
 _INTERACTIVE = typer.Option(False, "--interactive", "-i",
                             help="A prompt loop: change model, context, attention, "
                                  "cache, threads and rerun; each table shows the "
@@ -105,8 +107,7 @@ def _check_options(kernel, json_path, csv_path, trace_path, chart, chart_by, cha
         raise ProbeError("--script only goes with --interactive")
     if chart_by not in ("op", "kind"):
         raise ProbeError("--chart-by must be op or kind")
-    if chart_top < 1:
-        raise ProbeError("--chart-top must be >= 1")
+    check_count(chart_top, "--chart-top", 1, MAX_CHART_TOP, "series per panel")
     if chart is not None and not chart.lower().endswith(".svg"):
         raise ProbeError(f"--chart writes SVG: give a .svg path, got {chart!r}")
     for option, path in (("--json", json_path), ("--csv", csv_path), ("--trace", trace_path),

@@ -10,6 +10,7 @@ from ..backends import parse
 from ..cases import DTYPES, Case
 from ..check.single import check_and_time
 from ..errors import ProbeError
+from ..limits import check_seed, check_threads
 from . import command
 from .output import Output
 from .pass_env import PASS_ENV
@@ -19,12 +20,16 @@ def shape_case(batch: int, heads: int, kv_heads: int, q_len: int, kv_len: int, h
                dtype: str, causal: bool, start_pos: int, threads: int, seed: int,
                q_dtype: str = "") -> Case:
     """A Case from command-line sizes, with one-line errors for impossible ones."""
+    check_seed(seed)
     for name, val, lo in (("--batch", batch, 1), ("--heads", heads, 1), ("--kv-heads", kv_heads, 1),
                           ("--q-len", q_len, 1), ("--kv-len", kv_len, 0),
                           ("--head-dim", head_dim, 1), ("--start-pos", start_pos, 0),
-                          ("--threads", threads, 0), ("--seed", seed, 0)):
+                          ("--threads", threads, 0)):
         if val < lo:
             raise ProbeError(f"{name} must be >= {lo}, got {val}")
+    check_threads(threads)
+    if start_pos > kv_len:  # (query i sees keys j <= start_pos + i: beyond, it sees them all)
+        raise ProbeError(f"--start-pos must be at most --kv-len ({kv_len}), got {start_pos}")
     if heads % kv_heads:
         raise ProbeError(f"--heads {heads} is not a multiple of --kv-heads {kv_heads}")
     if dtype not in DTYPES:
@@ -57,7 +62,8 @@ def run_command(
     causal: bool = typer.Option(False, "--causal/--no-causal"),
     start_pos: int = typer.Option(0, "--start-pos"),
     threads: int = typer.Option(0, "--threads", help="0: one per CPU."),
-    repeat: int = typer.Option(20, "--repeat", min=1, help="Timed calls after a warm-up."),
+    repeat: int = typer.Option(20, "--repeat", min=1, max=100_000,
+                               help="Timed calls after a warm-up."),
     seed: int = typer.Option(0, "--seed"),
     json_out: bool = typer.Option(False, "--json"),
     pass_env: list[str] = PASS_ENV,

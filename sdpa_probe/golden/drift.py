@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from ..cases import Case, judged_tolerance, tolerance
-from .format import GoldenError, default_dir, show_path
-from .manifest import Problem, check_blob, parse_blob, read_manifest
+from .format import GoldenError, default_dir
+from .manifest import CaseProblem, load_case, read_manifest
 from .provenance import torch_err_comparable
 
 # A regenerated reference "changed" when an element moved by more than this fraction
@@ -112,19 +112,17 @@ def count_statuses(rows: list[dict]) -> dict[str, int]:
     return counts
 
 
-def _diff_case(cid: str, a: Path, ent_a: dict, b: Path, ent_b: dict, drift: float,
+def _diff_case(cid: str, sides: list[tuple[Path, dict, dict]], drift: float,
                comparable: bool) -> dict:
+    """One case on both sides ((root, manifest, entry) each)."""
     loaded = []
-    for root, ent in ((a, ent_a), (b, ent_b)):
-        blob, prob = check_blob(root, ent)
-        if prob is None:
-            try:
-                loaded.append(parse_blob(show_path(root / ent["file"]), blob, ent))
-            except GoldenError as exc:
-                prob = Problem(ent["file"], "unreadable", str(exc))
-        if prob is not None:
-            return {"case": cid, "status": "unreadable", "reasons": [prob.message]}
+    for root, man, ent in sides:
+        try:
+            loaded.append(load_case(root, man, ent))
+        except CaseProblem as exc:
+            return {"case": cid, "status": "unreadable", "reasons": [exc.problem.message]}
     (ra, ta), (rb, tb) = loaded
+    ent_a, ent_b = sides[0][2], sides[1][2]
     return compare(Case(**ent_a["params"]), ra, ta, ent_a["inputs_sha256"], rb, tb,
                    ent_b["inputs_sha256"], drift, comparable)
 
@@ -149,7 +147,8 @@ def diff_sets(a: Path | None, b: Path, drift: float = DRIFT_FRACTION) -> dict:
         elif cid not in ea:
             rows.append({"case": cid, "status": "only-other", "reasons": []})
         else:
-            rows.append(_diff_case(cid, a, ea[cid], b, eb[cid], drift, comparable))
+            rows.append(_diff_case(cid, [(a, man_a, ea[cid]), (b, man_b, eb[cid])], drift,
+                                   comparable))
     header = {}
     for key in ("versions", "semantics", "generator"):
         va, vb = man_a.get(key, {}), man_b.get(key, {})

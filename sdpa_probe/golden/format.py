@@ -1,5 +1,6 @@
 """The bytes of golden data: where a golden directory is, deterministic .npz files,
-the manifest's JSON, and the sha256 digests of files and of a case's inputs."""
+the manifest's JSON, and the sha256 digests of files, of a case's inputs and of its
+whole stored record."""
 
 from __future__ import annotations
 
@@ -16,10 +17,14 @@ from .. import __version__
 from ..errors import ProbeError
 from ..native import QuantTensor
 
-SCHEMA = "sdpa_probe.golden/1"
-SCHEMA_VERSION = 1
+SCHEMA = "sdpa_probe.golden/2"
+SCHEMA_VERSION = 2
+# version 1 has no header_sha256 / record_sha256: read (regen compares against it),
+# never trusted (verify and check --golden ask for a regen)
+UNHASHED = ("sdpa_probe.golden/1", 1)
 GENERATOR = {"name": "sdpa_probe.golden", "version": __version__, "format": 1}
 MANIFEST = "manifest.json"
+DEFAULT_SUITE = "default"
 ARRAYS = ("ref", "torch_err")  # the members of every case's .npz
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
@@ -105,3 +110,53 @@ def inputs_digest(data) -> str:
         else:
             add(name, st)
     return h.hexdigest()
+
+
+def _canonical(obj) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def header_digest(manifest: dict) -> str:
+    """sha256 of every top-level field but the case list and the digest itself: schema,
+    generator, versions, semantics, suite."""
+    return sha256(_canonical({k: v for k, v in manifest.items()
+                              if k not in ("cases", "header_sha256")}))
+
+
+def arrays_digest(ref: np.ndarray, torch_err: float | None) -> str:
+    """sha256 over the stored arrays' dtypes, shapes and values (NaN torch_err: none)."""
+    h = hashlib.sha256()
+    terr = np.float64(np.nan if torch_err is None else torch_err)
+    for name, a in (("ref", np.ascontiguousarray(ref)), ("torch_err", np.asarray(terr))):
+        h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def record_digest(entry: dict, header_sha256: str, ref: np.ndarray,
+                  torch_err: float | None) -> str:
+    """sha256 of a case's whole stored record: every field of its manifest entry (but
+    this digest), the manifest's header digest, and its arrays."""
+    fields = {k: v for k, v in entry.items() if k != "record_sha256"}
+    return sha256(_canonical({"entry": fields, "header_sha256": header_sha256,
+                              "arrays": arrays_digest(ref, torch_err)}))
+
+
+def summary(ref: np.ndarray, torch_err: float | None) -> dict:
+    """The manifest fields read off a case's arrays (for reading a diff of the manifest)."""
+    rows = ref.reshape(-1, ref.shape[-1]) if ref.size else ref.reshape(0, 1)
+    finite = np.isfinite(ref)
+    return {"shape": list(ref.shape), "torch_err": torch_err,
+            "zero_rows": int((rows == 0).all(axis=-1).sum()),
+            "nonfinite": int((~finite).sum()),
+            "max_abs": float(np.abs(ref[finite]).max()) if finite.any() else 0.0}
+
+
+def seal(manifest: dict, arrays: dict[str, tuple[np.ndarray, float | None]]) -> dict:
+    """The manifest with its header digest and every case's record digest set; arrays:
+    case id -> (ref, torch_err)."""
+    manifest["header_sha256"] = header_digest(manifest)
+    for ent in manifest["cases"]:
+        ref, terr = arrays[ent["id"]]
+        ent["record_sha256"] = record_digest(ent, manifest["header_sha256"], ref, terr)
+    return manifest

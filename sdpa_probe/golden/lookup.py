@@ -11,7 +11,7 @@ import numpy as np
 
 from ..cases import Case
 from .format import MANIFEST, GoldenError, inputs_digest, show_path
-from .manifest import check_blob, inputs_mismatch, parse_blob, read_manifest
+from .manifest import check_blob, inputs_mismatch, load_case, read_manifest
 
 
 class GoldenStore:
@@ -49,10 +49,7 @@ class GoldenStore:
         ent = self.entries.get(case.id)
         if ent is None:
             raise GoldenError(f"case {case.id} is not in the golden set {show_path(self.root)}")
-        blob, prob = check_blob(self.root, ent)
-        if prob:
-            raise GoldenError(prob.message)
-        ref, terr = parse_blob(show_path(self.root / ent["file"]), blob, ent)
+        ref, terr = load_case(self.root, self.manifest, ent)
         if data is not None and inputs_digest(data) != ent["inputs_sha256"]:
             raise GoldenError(inputs_mismatch(ent, self.manifest))
         return ref, terr

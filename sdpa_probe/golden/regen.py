@@ -17,6 +17,7 @@ from ..children import process_alive
 from ..errors import ProbeError
 from .drift import DRIFT_FRACTION, compare, count_statuses
 from .format import (
+    DEFAULT_SUITE,
     GENERATOR,
     MANIFEST,
     SCHEMA,
@@ -26,13 +27,14 @@ from .format import (
     inputs_digest,
     manifest_bytes,
     npz_bytes,
+    seal,
     sha256,
     show_path,
+    summary,
 )
-from .manifest import Problem, check_blob, parse_blob, read_manifest
+from .manifest import CaseProblem, header_problems, load_case, read_case, read_manifest
 from .provenance import semantics, torch_err_comparable, versions
-
-DEFAULT_SUITE = "default"
+from .recompute import one_thread
 
 
 @dataclasses.dataclass
@@ -56,17 +58,12 @@ class Entry:
         return self.blob
 
     def manifest_entry(self) -> dict:
+        """Its manifest entry, but the record digest (seal() adds it)."""
         blob = self.to_bytes()
-        ref = self.ref
-        rows = ref.reshape(-1, ref.shape[-1]) if ref.size else ref.reshape(0, 1)
-        finite = np.isfinite(ref)
         return {"id": self.case.id, "file": self.file, "bytes": len(blob),
                 "sha256": sha256(blob), "inputs_sha256": self.inputs_sha256,
                 "seed": self.case.seed, "params": self.case.params(),
-                "shape": list(ref.shape), "torch_err": self.torch_err,
-                "zero_rows": int((rows == 0).all(axis=-1).sum()),
-                "nonfinite": int((~finite).sum()),
-                "max_abs": float(np.abs(ref[finite]).max()) if finite.any() else 0.0}
+                **summary(self.ref, self.torch_err)}
 
 
 def generate(case: Case) -> Entry:
@@ -82,9 +79,13 @@ def generate(case: Case) -> Entry:
 
 
 def build_manifest(entries: Iterable[Entry], suite_name: str | None) -> dict:
-    return {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "generator": dict(GENERATOR),
-            "versions": versions(), "semantics": semantics(), "suite": suite_name,
-            "cases": [e.manifest_entry() for e in sorted(entries, key=lambda e: e.case.id)]}
+    """The manifest of these entries, sealed: its header and every case's whole record
+    hashed."""
+    entries = sorted(entries, key=lambda e: e.case.id)
+    man = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "generator": dict(GENERATOR),
+           "versions": versions(), "semantics": semantics(), "suite": suite_name,
+           "header_sha256": "", "cases": [e.manifest_entry() for e in entries]}
+    return seal(man, {e.case.id: (e.ref, e.torch_err) for e in entries})
 
 
 # ---- selecting -----------------------------------------------------------------------
@@ -202,19 +203,12 @@ def _refuse_mixed_machines(kept: set[str], old_man: dict | None, now: dict) -> N
 
 
 def _generate_all(cases: list[Case], progress: Callable[[Case], None] | None) -> list[Entry]:
-    # deferred: torch takes seconds to import
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # one reduction order: the same bytes on every rerun
-    try:
-        fresh = []
+    fresh = []
+    with one_thread():  # one reduction order: the same bytes on every rerun
         for c in cases:
             if progress:
                 progress(c)
             fresh.append(generate(c))
-    finally:
-        torch.set_num_threads(threads)
     return fresh
 
 
@@ -227,15 +221,11 @@ def _compare_row(root: Path, e: Entry, ent: dict | None, drift: float,
             why = f"{show_path(path)} exists but no manifest describes it; it would be overwritten"
             return {"case": e.case.id, "status": "new", "reasons": []}, why
         return {"case": e.case.id, "status": "new", "reasons": []}, None
-    blob, prob = check_blob(root, ent)
-    if prob is None:
-        try:
-            old_ref, old_terr = parse_blob(ent["file"], blob, ent)
-        except GoldenError as exc:
-            prob = Problem(ent["file"], "unreadable", str(exc))
-    if prob is not None:
+    try:
+        old_ref, old_terr = read_case(root, ent)  # (an edited record: compared as it is)
+    except CaseProblem as exc:
         row = {"case": e.case.id, "status": "changed",
-               "reasons": [f"the stored file cannot be compared: {prob.message}"]}
+               "reasons": [f"the stored file cannot be compared: {exc.problem.message}"]}
     else:
         row = compare(e.case, old_ref, old_terr, ent["inputs_sha256"], e.ref,
                       e.torch_err, e.inputs_sha256, drift, comparable)
@@ -243,24 +233,31 @@ def _compare_row(root: Path, e: Entry, ent: dict | None, drift: float,
     return row, why
 
 
-def _carried_over(root: Path, old_entries: dict[str, dict], new_ids: set[str],
+def _carried_over(root: Path, old_man: dict | None, new_ids: set[str],
                   prune: bool) -> tuple[list[Entry], list[str]]:
-    """The stored cases not regenerated: kept as stored (verified first), or with prune
-    removed. Returns (kept entries, removed ids)."""
+    """The stored cases not regenerated: kept as stored (file and record verified
+    first), or with prune removed. Returns (kept entries, removed ids)."""
     kept: list[Entry] = []
     removed: list[str] = []
+    old_entries = {e["id"]: e for e in (old_man or {}).get("cases", [])}
+    # (a version 1 manifest is kept unhashed: this write seals it)
+    edited = [p for p in header_problems(old_man, root) if p.kind == "record"] \
+        if old_man else []
     for cid, ent in sorted(old_entries.items()):
         if cid in new_ids:
             continue
         if prune:
             removed.append(cid)
             continue
-        blob, prob = check_blob(root, ent)
-        if prob:
-            raise GoldenError(f"cannot keep {cid}: {prob.message}; regenerate it too "
-                              f"(--cases {cid}) or run a full regen")
-        ref, terr = parse_blob(ent["file"], blob, ent)
-        kept.append(Entry(Case(**ent["params"]), ref, terr, ent["inputs_sha256"], blob))
+        try:
+            if edited:
+                raise CaseProblem(edited[0])
+            ref, terr = load_case(root, old_man, ent)
+        except CaseProblem as exc:
+            raise GoldenError(f"cannot keep {cid}: {exc}; regenerate it too "
+                              f"(--cases {cid}) or run a full regen") from None
+        kept.append(Entry(Case(**ent["params"]), ref, terr, ent["inputs_sha256"],
+                          (root / ent["file"]).read_bytes()))
     return kept, removed
 
 
@@ -282,7 +279,7 @@ def plan_regen(root: Path, cases: list[Case], *, prune: bool, suite_name: str | 
         rows.append(row)
         if why:
             blocking.append(why)
-    kept, removed = _carried_over(root, old_entries, {e.case.id for e in fresh}, prune)
+    kept, removed = _carried_over(root, old_man, {e.case.id for e in fresh}, prune)
     entries = fresh + kept
     if removed:
         blocking.append(f"{len(removed)} stored case(s) are not in the new set and would be "

@@ -106,15 +106,17 @@ class Explorer:
 
     # ---- running -------------------------------------------------------------
 
-    def run_once(self, changed: dict) -> None:
+    def run_once(self, changed: dict) -> bool:
+        """One run with the current settings, shown; False (and the error said) if it
+        did not run."""
         try:
             doc, _ = run_profile(self.s, progress=self.out.note)
         except ProbeError as exc:
             self.out.err.print(f"error: {exc}", markup=False, highlight=False)
-            return
+            return False
         except KeyboardInterrupt:
             self.out.err.print("interrupted: run dropped", markup=False)
-            return
+            return False
         sm = primary(doc)
         prev = self.history[-1] if self.history else None
         n = len(self.history) + 1
@@ -139,6 +141,7 @@ class Explorer:
         self.out.print(line)
         self.out.print("")
         self.history.append(entry)
+        return True
 
     # ---- commands ------------------------------------------------------------
 
@@ -195,8 +198,13 @@ class Explorer:
             new = apply(self.s, pairs)
             before, after = settings_view(self.s), settings_view(new)
             changed = {k: [before[k], after[k]] for k in before if before[k] != after[k]}
-            self.s = new
-            self.run_once(changed)
+            kept, self.s = self.s, new
+            if not self.run_once(changed) and self.history:
+                # a change that cannot run (out of memory, a kernel that crashed) is not
+                # the base of the next command, which would fail the same way
+                self.s = kept
+                self.out.note("settings kept as they were: " + ", ".join(
+                    f"{k} {v}" for k, v in settings_view(kept).items()))
         return True
 
     def loop(self) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..caller_state import Guard
-from ..errors import KernelError, ProbeError, SdpaUnsupported
+from ..errors import KernelError, KernelProblem, ProbeError, SdpaUnsupported
 from . import builds, decode
 from .attention import Attention
 from .settings import Settings
@@ -81,11 +81,11 @@ def _step(st: decode.DecodeState, att: Attention, token: int, pos: int, **kw):
     try:
         return st.step(token, pos, **kw)
     except KernelError as exc:
-        hint = ""
-        if isinstance(exc, SdpaUnsupported):
-            hint = f" (the kernel refused this call: a {st.cache_dtype} cache, GQA, strides)"
-        raise ProbeError(f"attention {att.title} failed at context {pos}: {exc}{hint}") \
-            from None
+        if isinstance(exc, SdpaUnsupported):  # (it does not take this: not a fault of it)
+            raise ProbeError(f"attention {att.title} failed at context {pos}: {exc} (the "
+                             f"kernel refused this call: a {st.cache_dtype} cache, GQA, "
+                             "strides)") from None
+        raise KernelProblem(f"attention {att.title} failed at context {pos}: {exc}") from None
 
 
 def check_outputs(sess: Session, a: Attention, b: Attention, context: int) -> dict:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from .. import TOOL
 from ..caller_state import Guard
-from ..errors import ProbeError
+from ..errors import KernelProblem, ProbeError
 from ..machine import mem_available
 from ..trial_call import LEFT_CHANGED, trial_call
 from . import builds, decode
@@ -64,7 +64,7 @@ def try_user_kernel(att: Attention, s: Settings) -> None:
     died = trial_call(att.user.result, shape, s.threads)
     if died:
         what = "failed" if died.startswith(LEFT_CHANGED) else "crashed in"
-        raise ProbeError(f"attention {att.label} ({att.user.name}) {what} a trial call: "
+        raise KernelProblem(f"attention {att.label} ({att.user.name}) {what} a trial call: "
                          f"{died}; reproduce: probe run --kernel {att.user.path} --heads "
                          f"{sh.heads} --kv-heads {sh.kv_heads} --head-dim {sh.head_dim} "
                          f"--kv-len {shape['kv_len']} --dtype {s.cache}")
@@ -163,7 +163,7 @@ def _measure_all(s: Settings, p: _Plan, progress, live, live_interval: float) ->
                 guard.put_back(other.label)
                 m.checks.append(chk)
                 if not chk["ok"]:
-                    raise ProbeError(f"{other.title} disagrees with {ref.title} at context "
+                    raise KernelProblem(f"{other.title} disagrees with {ref.title} at context "
                                      f"{ctx}: max |diff| / rms of the logits = "
                                      f"{chk['rel_err']:.3g} > {chk['tol']}")
             agree = ", ".join(f"{c['b']} vs {c['a']} rel err {c['rel_err']:.2g}"

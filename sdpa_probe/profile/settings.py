@@ -4,10 +4,13 @@ checks that need no allocation."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
+from .. import native
 from ..errors import ProbeError
+from ..limits import MAX_POSITIONS, check_count, check_seed, check_threads
 from . import decode, models
-from .attention import USER, split_build
+from .attention import USER, resolve_attention, split_build
 from .models import ModelShape
 
 
@@ -34,6 +37,7 @@ class Settings:
 
 
 MAX_CONTEXTS = 256
+MAX_STEPS = 100_000  # --steps, --warmup, --pp, --tg: hours of single steps already
 
 
 def parse_contexts(text: str) -> tuple[int, ...]:
@@ -84,20 +88,34 @@ def validate(s: Settings) -> None:
         raise ProbeError(f"--rope must be one of {', '.join(decode.ROPE_STYLES)}")
     if not s.contexts or any(c < 0 for c in s.contexts):
         raise ProbeError("--context wants non-negative token counts")
-    if s.steps < 1 or s.warmup < 0 or s.pp < 0 or s.tg < 0:
-        raise ProbeError("--steps must be >= 1; --warmup, --pp, --tg >= 0")
-    if s.seed < 0:
-        raise ProbeError(f"--seed must be >= 0, got {s.seed}")
-    if s.threads < 0 or s.threads > 64:
-        raise ProbeError("--threads must be between 1 and 64 (0: default)")
+    if max(s.contexts) > MAX_POSITIONS:
+        raise ProbeError(f"--context must be at most {MAX_POSITIONS} positions, got "
+                         f"{max(s.contexts)}")
+    for option, value, lo in (("--steps", s.steps, 1), ("--warmup", s.warmup, 0),
+                              ("--pp", s.pp, 0), ("--tg", s.tg, 0)):
+        check_count(value, option, lo, MAX_STEPS, "each is timed one by one")
+    check_seed(s.seed)
+    check_threads(s.threads)
     need = required_capacity(s)
     if s.capacity is not None:
-        if s.capacity < 1:
-            raise ProbeError("--cache-size must be positive")
+        check_count(s.capacity, "--cache-size", 1, MAX_POSITIONS, "positions")
         if need > s.capacity:
             raise ProbeError(f"context {max(s.contexts)} (+{max(s.tg, 1)} new token(s)) is "
                              f"larger than the cache: needs {need} positions, --cache-size is "
                              f"{s.capacity}")
+
+
+def check_labels(s: Settings) -> None:
+    """Each attention graph asked for names one there is, and the --kernel file is one
+    that can be built, before anything is built or allocated."""
+    if s.kernel_path is not None:
+        native.user_kernel_spec(Path(s.kernel_path))  # (a file of a kind it builds)
+    for label in s.attention:
+        if split_build(label)[0] != USER:  # (the user kernel is built by resolving it)
+            resolve_attention(label, s.cache)
+        elif s.kernel_path is None:
+            raise ProbeError(f"attention {label!r} is the --kernel file: give --kernel PATH.c "
+                             "or PATH.so")
 
 
 def required_capacity(s: Settings) -> int:
@@ -113,6 +131,9 @@ def settings_from_options(*, model: str | None, custom: bool, dims: dict[str, in
     --custom), the attention graph(s) (--attention, or the two of --ab; default fused,
     user with --kernel), the contexts. fields: the Settings fields taken as given
     (weights, cache, steps, ...). chart: a chart is asked for, which needs a sweep."""
+    for option, value in (("--model", model), ("--attention", attention)):
+        if value is not None and not value.strip():
+            raise ProbeError(f"{option} is empty")
     if model is not None and custom:
         raise ProbeError("--model and --custom exclude each other")
     shape = models.resolve(model, custom, dims, vocab)
@@ -131,6 +152,7 @@ def settings_from_options(*, model: str | None, custom: bool, dims: dict[str, in
     if kernel is not None and not any(split_build(x)[0] == USER for x in labels):
         raise ProbeError("--kernel is attention 'user': use --attention user or --ab "
                          "fused,user")
+    check_labels(s)
     if chart and len(s.contexts) < 2:
         raise ProbeError("--chart draws a context sweep: give two or more contexts, e.g. "
                          "--context 500:4000:500")

@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 
 from ..errors import ProbeError
+from ..limits import MAX_POSITIONS, check_count
 
 MAX_HORIZON = 1 << 16
 
@@ -30,8 +31,8 @@ class CacheWorkload:
             raise ProbeError(f"--chunk must be >= 1, got {self.chunk}")
         if self.sink < 0:
             raise ProbeError(f"--sink must be >= 0, got {self.sink}")
-        if self.context is not None and self.context < 1:
-            raise ProbeError(f"--context must be >= 1, got {self.context}")
+        if self.context is not None:
+            check_count(self.context, "--context", 1, MAX_POSITIONS, "positions")
         if self.horizon > MAX_HORIZON:
             raise ProbeError(f"workload needs {self.horizon} simulated positions; the limit is "
                              f"{MAX_HORIZON} (sink + window + 2 x chunk)")

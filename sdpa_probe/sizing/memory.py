@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import ProbeError
+from ..limits import check_count
 
 KV_DTYPES = {"f32": 4, "f16": 2, "bf16": 2, "i8": 1, "int8": 1}  # (i8 as everywhere else)
 MIB = float(1 << 20)
+MAX_DIM = 1 << 24  # as probe profile's model shapes: above 16M is not a decoder anyone runs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +26,9 @@ class KVShape:
     def validate(self) -> KVShape:
         if self.layers < 1 or self.kv_heads < 1 or self.head_dim < 1:
             raise ProbeError("--layers, --kv-heads and --head-dim must be >= 1")
+        for option, value in (("--layers", self.layers), ("--kv-heads", self.kv_heads),
+                              ("--head-dim", self.head_dim)):
+            check_count(value, option, 1, MAX_DIM, "as probe profile's shapes")
         if self.dtype not in KV_DTYPES:
             raise ProbeError(f"--dtype must be one of f32, f16, bf16, i8 (or int8), "
                              f"got {self.dtype!r}")

@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from .. import native
 from ..errors import ProbeError
+from ..limits import check_seed
 from .cache_workload import CacheWorkload, closed_form_minimum
 from .memory import KVShape, mib
 from .policies import Policy, policy_size, resolve_policies
@@ -102,7 +104,8 @@ class SizingReport:
         }
 
 
-def evaluate(wl: CacheWorkload, policies: list[str] | None = None, *, kernel: str = "flash",
+def evaluate(wl: CacheWorkload, policies: list[str] | None = None, *,
+             kernel: str | native.Kernel = "flash",
              kv_shape: KVShape | None = None, seed: int = 0, exhaustive: bool = False,
              sim: Simulator | None = None) -> SizingReport:
     """Every policy's size, the simulated minimum, and a verdict for each."""
@@ -130,9 +133,9 @@ def size_caches(window: int, chunk: int, sink: int = 0, context: int | None = No
                 exhaustive: bool = False) -> SizingReport:
     """`probe sizing`: the workload and the model's KV shape checked, then every policy
     (None: all of them) judged by simulation through `kernel`."""
-    if seed < 0:
-        raise ProbeError(f"--seed must be >= 0, got {seed}")
+    check_seed(seed)
     wl = CacheWorkload(window=window, chunk=chunk, sink=sink, context=context).validate()
     shape = KVShape(layers=layers, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype).validate()
+    kern = native.get_kernel(kernel)  # (an unknown name fails before any input is made)
     # unknown policy names fail before the simulation starts (evaluate resolves them first)
-    return evaluate(wl, policies, kernel=kernel, kv_shape=shape, seed=seed, exhaustive=exhaustive)
+    return evaluate(wl, policies, kernel=kern, kv_shape=shape, seed=seed, exhaustive=exhaustive)
