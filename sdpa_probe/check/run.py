@@ -12,8 +12,8 @@ from pathlib import Path
 
 from .. import last_failed, native
 from ..backends import BackendSpec, make
-from ..backends.registry import worker_groups
 from ..backends.inventory import versions_in_child
+from ..backends.registry import worker_groups
 from ..cases import DTYPES, SUITES, Case, all_cases, find_case, random_cases, suite
 from ..errors import ProbeError
 from ..golden import GoldenProblems, GoldenStore, default_dir, store, verify

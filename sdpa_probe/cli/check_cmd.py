@@ -21,9 +21,9 @@ from ..check.run import (
     select_cases,
 )
 from ..errors import ProbeError
-from ..outputs import write_text
 from ..golden import default_dir, store
 from ..limits import check_seed
+from ..outputs import write_text
 from ..records import Record
 from ..report import exit_code, write_junit
 from . import command
