@@ -198,14 +198,16 @@ class Limits:
 
 def limits(jobs: int, timeout: float, calls: int = 1) -> Limits:
     """The limits of `jobs` processes that run at once, each call within `timeout`
-    seconds: memory, the machine's shared between them (at least MIN_MEMORY each);
+    seconds: memory, the machine's (writable mappings reserved, not used: the `far`
+    layout reserves 8 GiB and touches a few pages of it, and jobs seldom all peak at
+    once), at least MIN_MEMORY;
     CPU, what the timeout allows on every usable core and CPU_SLACK. $SDPA_PROBE_WORKER_*
     overrides them."""
     if MEMORY_ENV in os.environ:
         memory = _size(os.environ[MEMORY_ENV])
     else:
         total = meminfo("MemTotal")
-        memory = max(total // max(1, jobs), MIN_MEMORY) if total else None
+        memory = max(total, MIN_MEMORY) if total else None
     cpu = (_seconds(os.environ[CPU_ENV]) if CPU_ENV in os.environ
            else timeout * usable_cores() + CPU_SLACK)
     return Limits(memory, cpu, max(1, calls))
