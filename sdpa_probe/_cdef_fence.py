@@ -9,5 +9,8 @@ CDEF = """
 void *sdpa_probe_fence_alloc(int64_t nbytes, int32_t where, const char *label);
 int sdpa_probe_fence_free(void *data);
 int64_t sdpa_probe_fence_find(uint64_t address, char *label, int64_t cap);
+void *sdpa_probe_reserve(int64_t nbytes);
+int sdpa_probe_commit(void *base, int64_t offset, int64_t nbytes);
+int sdpa_probe_release(void *base, int64_t nbytes);
 """
 INCLUDE = '#include "sdpa_probe_fence.h"\n'

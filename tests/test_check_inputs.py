@@ -88,20 +88,24 @@ def test_far_layout_maps_address_space_not_memory():
         Case("layout", layout="far")
 
 
-def test_far_layout_without_the_address_space_is_unavailable(monkeypatch):
-    """Under strict overcommit (vm.overcommit_memory=2) MAP_NORESERVE is ignored and the
-    mapping fails: the case is unavailable here (its records `unsupported`), not an error."""
-    import mmap
+def test_far_layout_without_the_address_space_is_unavailable():
+    """Where the address space cannot be had (strict overcommit, vm.overcommit_memory=2,
+    ignores MAP_NORESERVE; here a process limited to 4 GiB of it) the case is
+    unavailable (its records `unsupported`), not an error."""
+    import subprocess
+    import sys
 
-    from sdpa_probe.errors import CaseUnavailable
-    from sdpa_probe.inputs import far_empty
+    from sdpa_probe.children import child_env
 
-    def refuse(*_a, **_k):
-        raise OSError(12, "Cannot allocate memory")
-
-    monkeypatch.setattr(mmap, "mmap", refuse)
-    with pytest.raises(CaseUnavailable, match="cannot map 8 GiB of address space"):
-        far_empty((2, 10, 2, 64), np.float32)
+    script = ("import resource, numpy as np\n"
+              "resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))\n"
+              "from sdpa_probe.errors import CaseUnavailable\n"
+              "from sdpa_probe.inputs import far_empty\n"
+              "try:\n    far_empty((2, 10, 2, 64), np.float32)\n"
+              "except CaseUnavailable as exc:\n    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=child_env(), timeout=120)
+    assert "cannot map 8 GiB of address space" in out.stdout, out.stdout + out.stderr
 
 
 def test_a_case_this_machine_cannot_map_is_unsupported_in_the_worker():

@@ -29,6 +29,13 @@ int sdpa_probe_fence_free(void *data);
  * 1 for the first byte; 0 if the address is in no fence. */
 int64_t sdpa_probe_fence_find(uint64_t address, char *label, int64_t cap);
 
+/* Address space reserved and not committed (PROT_NONE, MAP_NORESERVE: no limit on
+ * writable memory counts it), then made readable and writable where it is used: the
+ * far layout's batches, gigabytes apart. NULL / -1 with errno on failure. */
+void *sdpa_probe_reserve(int64_t nbytes);
+int sdpa_probe_commit(void *base, int64_t offset, int64_t nbytes);
+int sdpa_probe_release(void *base, int64_t nbytes);
+
 #ifdef __cplusplus
 }
 #endif

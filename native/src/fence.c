@@ -167,3 +167,28 @@ int64_t sdpa_probe_fence_find(uint64_t address, char *label, int64_t cap) {
   pthread_mutex_unlock(&lock);
   return d;
 }
+
+void *sdpa_probe_reserve(int64_t nbytes) {
+  if (nbytes <= 0) {
+    errno = EINVAL;
+    return NULL;
+  }
+  void *map = mmap(NULL, (size_t)nbytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+  return map == MAP_FAILED ? NULL : map;
+}
+
+int sdpa_probe_commit(void *base, int64_t offset, int64_t nbytes) {
+  if (!page_size) page_size = (uintptr_t)sysconf(_SC_PAGESIZE);
+  if (offset < 0 || nbytes <= 0) {
+    errno = EINVAL;
+    return -1;
+  }
+  const uintptr_t lo = ((uintptr_t)base + (uintptr_t)offset) & ~(page_size - 1);
+  const uintptr_t hi = (uintptr_t)base + (uintptr_t)offset + (uintptr_t)nbytes;
+  return mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE);
+}
+
+int sdpa_probe_release(void *base, int64_t nbytes) {
+  return munmap(base, (size_t)nbytes);
+}

@@ -4,7 +4,6 @@ elements apart, and buffers flush against an inaccessible page."""
 
 from __future__ import annotations
 
-import mmap
 import os
 
 import numpy as np
@@ -52,24 +51,36 @@ def misaligned_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
 FAR_STRIDE = 2 ** 31 + 4096  # elements between the batches of the `far` layout
 
 
+FAR_MARGIN = 1 << 16  # bytes committed either side of a far layout's batch
+
+
 def far_empty(shape: tuple[int, ...], dtype) -> np.ndarray:
     """An uninitialised [B, ...] array whose batches lie FAR_STRIDE elements apart, in
-    one anonymous mapping reserved but not committed (MAP_NORESERVE): only the pages
-    the batches' elements sit on are ever touched, a few KiB of gigabytes of address
-    space. Its base is not an ndarray, so the harness's guards copy the elements,
-    not the mapping."""
+    one anonymous mapping reserved but not committed (PROT_NONE, MAP_NORESERVE): only
+    the pages the batches' elements sit on are made readable and writable, a few KiB
+    of gigabytes of address space (so a worker's limit on writable memory counts those
+    alone). Its base is not an ndarray, so the harness's guards copy the elements, not
+    the mapping."""
     dt = np.dtype(dtype)
     per = int(np.prod(shape[1:]))
     if per > FAR_STRIDE:
         raise ValueError(f"layout far: a batch of {per} elements exceeds the batch stride")
     nbytes = ((shape[0] - 1) * FAR_STRIDE + per) * dt.itemsize
-    try:
-        mm = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-                       | getattr(mmap, "MAP_NORESERVE", 0))
-    except (OSError, OverflowError) as exc:  # (strict overcommit ignores MAP_NORESERVE)
+    ffi, lib = native_lib()[:2]
+    ptr = lib.sdpa_probe_reserve(nbytes)
+    if ptr == ffi.NULL:  # (strict overcommit ignores MAP_NORESERVE)
         raise CaseUnavailable(f"layout far: cannot map {nbytes >> 30} GiB of address space "
-                              f"({exc})") from None
-    flat = np.frombuffer(mm, dtype=dt)
+                              f"({os.strerror(ffi.errno)})")
+    ptr = ffi.gc(ptr, lambda p: lib.sdpa_probe_release(p, nbytes))
+    for b in range(shape[0]):
+        # (FAR_MARGIN either side: a read just past a batch lands in memory, as it would
+        # in one mapping; the fenced layouts are the ones that fault on it)
+        lo = max(0, b * FAR_STRIDE * dt.itemsize - FAR_MARGIN)
+        hi = min(nbytes, (b * FAR_STRIDE + per) * dt.itemsize + FAR_MARGIN)
+        if lib.sdpa_probe_commit(ptr, lo, hi - lo):
+            raise CaseUnavailable(f"layout far: cannot commit batch {b}'s pages "
+                                  f"({os.strerror(ffi.errno)})")
+    flat = np.frombuffer(ffi.buffer(ptr, nbytes), dtype=dt)  # (the buffer keeps ptr)
     inner = np.empty(shape[1:], dtype=dt).strides  # C order within a batch
     return np.lib.stride_tricks.as_strided(flat, shape=shape,
                                            strides=(FAR_STRIDE * dt.itemsize, *inner))
