@@ -17,7 +17,7 @@ at start_pos 0) and the next Lq as K and V, the new tokens' keys, as a caller ho
 a past and new keys has them: query i then sees j <= start_pos + i, the oracle's
 edge, with no explicit mask. The slots past start_pos + Lq, which no row sees, are
 left out: given them as more new keys, ORT breaks its own rule with one query (it
-sees every key: measured) and a NaN in one turns the rows NaN (docs/runtimes.md).
+sees every key: measured) and a NaN in one turns the rows NaN (docs/runtimes/onnxruntime.md).
 
 Sessions: one per op, input shapes, dtypes, attributes and thread count, built once
 and kept on the backend object (a check worker reuses it across cases); options as
@@ -266,7 +266,7 @@ class OnnxRuntimeBackend:
     def timed_plan(self, g: Geometry, q, k, v) -> Call:
         """The call bench times: the 4D form, [B, H, S, D] as torch's SDPA takes it and
         as the op's own past / present are (the 3D form's K and V cost ORT a transpose
-        of the whole cache in every call: docs/runtimes.md)."""
+        of the whole cache in every call: docs/runtimes/onnxruntime.md)."""
         return self.plan(g, q, k, v, None, bnsh=True)
 
     # -- the call, for check ---------------------------------------------------------
