@@ -192,8 +192,8 @@ def _backend_specs(backend: list[str] | None, kernel: Path | None,
         listed = parse_list(backend)
         specs += listed
         if not listed:
-            raise ProbeError("--backend is empty: give a kernel (probe kernels), torch, "
-                             "executorch or all")
+            raise ProbeError("--backend is empty: give a backend (probe backends lists "
+                             "them) or all")
     elif kernel is None:
         specs = default_specs()
     kept = []
