@@ -143,11 +143,14 @@ static void *late_store(void *arg) {
 """
 
 
-@pytest.mark.parametrize("delay_ns", [0, 2_000_000])
+@pytest.mark.parametrize("delay_ns", [2_000_000, 50_000_000])
 def test_a_kernel_whose_thread_stores_after_it_returned_is_caught(tmp_path, delay_ns):
-    """The last element stored by a detached thread: at once (a barrier released before
-    the last store) or 2 ms later. Before the output was copied as the call returned,
-    this read as 'never written' or, the store done by the time Python looked, a pass."""
+    """The last element stored by a detached thread 2 ms or 50 ms after the call
+    returned (the judge watches unwritten output up to 0.2 s). Before the output was
+    copied as the call returned, this read as 'never written' or, the store done by the
+    time Python looked, a pass. (A store at once is not a case a test can make: on a
+    loaded machine the thread may store before the call's return is seen, and the
+    output is then whole.)"""
     last = "for (int64_t d = 0; d < D; d++) store(&a->out, b, i, h, d, acc[d]);"
     src = SRC.replace("int sdpa_forward(", f"#define DELAY_NS {delay_ns}\n{LATE_STORE}\n"
                       "int sdpa_forward(", 1)
