@@ -8,7 +8,6 @@ guarantee: a kernel is native code running as the user."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import os
 import re
@@ -20,6 +19,7 @@ except ImportError:  # (not on every platform)
     resource = None
 
 from .errors import ProbeError
+from .libc import prctl
 
 # The caller's environment a kernel's process gets: what the system, the compilers, the
 # threading and math libraries, glibc's allocator, sanitizers and Python (the package's
@@ -244,23 +244,16 @@ def _user_tasks() -> int:
     return n
 
 
-def _prctl(option: int, value: int) -> bool:
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
-    except (OSError, AttributeError):  # (no prctl: not Linux)
-        return False
-
-
 def confine(lim: Limits, parent: int | None = None) -> None:
     """In a process about to call kernels: the limits set (a process it starts inherits
     them); it becomes the reaper of whatever its kernels' processes leave (a double fork
     with setsid stays its descendant, found and killed with it); with `parent`, it is
     SIGKILLed when that process ends."""
     if parent is not None:
-        _prctl(PR_SET_PDEATHSIG, 9)
+        prctl(PR_SET_PDEATHSIG, 9)
         if os.getppid() != parent:
             os._exit(1)  # (the caller ended while this process started)
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
     if resource is None:
         return
     _set("RLIMIT_FSIZE", lim.output, lim.output + OUTPUT_SLACK)

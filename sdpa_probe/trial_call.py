@@ -5,7 +5,6 @@ the caller with it."""
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import pickle
 import signal
@@ -16,6 +15,7 @@ import tempfile
 from . import caller_processes, native, sandbox
 from .build import load
 from .children import TAIL_BYTES, child_env, died_in_call
+from .libc import flush_stdio
 
 LEFT_CHANGED = "left its process changed"  # trial_call's answer for a call that returned
 # what the trial child writes last: a kernel that calls exit() ends it without this
@@ -49,7 +49,7 @@ def trial_child() -> None:
     with contextlib.suppress(OSError):
         sys.stdout.flush()
     with contextlib.suppress(OSError, AttributeError):  # (a printf without a newline)
-        ctypes.CDLL(None).fflush(None)
+        flush_stdio()
     sandbox.output_unlimited()  # (a kernel that printed up to the cap: the verdict fits)
     os.write(verdict_fd, b"\n" + TRIAL_DONE + "; ".join(changed).encode())
 

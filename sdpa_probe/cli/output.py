@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import cffi
 from rich.console import Console
 
 from .. import native, outputs
 from ..errors import ProbeError
+from ..libc import flush_stdio
 from ..outputs import (  # noqa: F401 -- re-exported: the commands import them from here
     _not_a_report,
     check_writable,
@@ -60,20 +60,6 @@ class Output:
         outputs.write_json(path, obj)
 
 
-_libc = None
-
-
-def _flush_c_stdio() -> None:
-    """fflush(NULL): a kernel's printf still in the C library's buffer written out."""
-    global _libc
-    if _libc is None:
-        ffi = cffi.FFI()
-        ffi.cdef("int fflush(void *stream);")
-        _libc = (ffi, ffi.dlopen(None))
-    ffi, libc = _libc
-    libc.fflush(ffi.NULL)
-
-
 @contextlib.contextmanager
 def native_stdout_to_stderr():
     """What native code writes to file descriptor 1 (a user kernel's debug printf, a
@@ -96,7 +82,7 @@ def native_stdout_to_stderr():
     try:
         yield
     finally:
-        _flush_c_stdio()  # (to stderr: a printf without a newline is still buffered)
+        flush_stdio()  # (to stderr: a printf without a newline is still buffered)
         sys.stdout.flush()
         sys.stdout = old
         os.dup2(saved, 1)
