@@ -32,7 +32,7 @@ def _sidecar(module: Path) -> Path:
     return module.with_name(module.name + HASH_SUFFIX)
 
 
-def _file_sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -49,7 +49,7 @@ def damaged(module: Path) -> str | None:
     except OSError as exc:
         return f"its content hash cannot be read: {exc.strerror}"
     try:
-        got = _file_sha256(module)
+        got = file_sha256(module)
     except FileNotFoundError:
         return "not built"
     except OSError as exc:
@@ -61,7 +61,7 @@ def seal(module: Path) -> None:
     """Write the module's content hash beside it, atomically."""
     side = _sidecar(module)
     tmp = side.with_name(f".{side.name}.{os.getpid()}")
-    tmp.write_text(_file_sha256(module) + "\n")
+    tmp.write_text(file_sha256(module) + "\n")
     os.replace(tmp, side)
 
 

@@ -57,6 +57,7 @@ from .build_cache import (
     damaged,
     fallback_root,
     file_lock,
+    file_sha256,
     seal,
     usable_cache_root,
 )
@@ -121,14 +122,6 @@ class GgmlBuild:
 
 
 # ---- the source ---------------------------------------------------------------
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
 
 def verify_sdist(path: Path) -> Path:
     """path if its bytes are the pinned sdist's, else a one-line BuildError."""

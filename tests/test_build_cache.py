@@ -29,7 +29,7 @@ def cache(tmp_path, monkeypatch) -> Path:
 def test_a_module_carries_its_content_hash(cache):
     res = build.build(native.user_kernel_spec(EXAMPLE_KERNEL))
     side = res.path.with_name(res.path.name + build_cache.HASH_SUFFIX)
-    assert side.read_text().strip() == build_cache._file_sha256(res.path)
+    assert side.read_text().strip() == build_cache.file_sha256(res.path)
     assert build_cache.damaged(res.path) is None
 
 
