@@ -24,6 +24,7 @@ from pathlib import Path
 
 from . import build, native
 from .errors import ProbeError
+from .sandbox import meminfo
 
 MiB = 1 << 20
 GB = 1e9  # bandwidths are GB/s and GFLOP/s in powers of ten
@@ -168,19 +169,9 @@ def _physical_cores() -> int | None:
     return len(cores) or None
 
 
-def _meminfo(key: str) -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def mem_available() -> int | None:
     """Bytes the kernel says can be allocated without swapping (None: unknown)."""
-    return _meminfo("MemAvailable")
+    return meminfo("MemAvailable")
 
 
 def _version(dist: str) -> str | None:
@@ -210,7 +201,7 @@ def describe() -> dict:
         "usable_cores": usable,
         "default_threads": int(lib.sdpa_probe_default_threads()),
         "caches": cache_sizes(),
-        "memory_bytes": _meminfo("MemTotal"),
+        "memory_bytes": meminfo("MemTotal"),
         "os": {"system": platform.system(), "release": platform.release(),
                "libc": " ".join(p for p in libc if p) or None},
         "python": platform.python_version(),
