@@ -153,7 +153,7 @@ class OpenvinoBackend:
             raise Unsupported(why)
         # a causal case's cache slots past start_pos + q_len are no key of any row: the op
         # is given the filled part of the cache, as a caller gives it
-        seen = min(c.kv_len, c.start_pos + c.q_len) if c.causal else c.kv_len
+        seen = c.keys_in_reach
         k, v, mask = data.k_store[:, :seen], data.v_store[:, :seen], data.mask
         is_causal, mask = attention_mask(c.q_len, seen, c.causal, c.start_pos,
                                          None if mask is None else mask[:, :seen])

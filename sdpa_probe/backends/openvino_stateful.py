@@ -101,8 +101,7 @@ class OpenvinoStatefulBackend(OpenvinoBackend):
             return "no int8 store: its KV cache quantises itself (KV_CACHE_PRECISION)"
         if case.out_dtype != "f32":
             return f"{self.name} runs f32 queries (its inference and KV cache precision)"
-        if case.q_len > (min(case.kv_len, case.start_pos + case.q_len) if case.causal
-                         else case.kv_len):
+        if case.q_len > case.keys_in_reach:
             return "the fused node takes q_len new keys after its past: fewer keys than queries"
         return None
 
@@ -111,7 +110,7 @@ class OpenvinoStatefulBackend(OpenvinoBackend):
         why = self.supports(c)
         if why:
             raise Unsupported(why)
-        seen = min(c.kv_len, c.start_pos + c.q_len) if c.causal else c.kv_len
+        seen = c.keys_in_reach
         past = seen - c.q_len
         scale = c.scale if c.scale > 0 else None
         # a mask of ours: the case's, an edge other than the node's own, or a scale (which

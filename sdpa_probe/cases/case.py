@@ -97,6 +97,12 @@ class Case:
         return self.n_heads // self.n_kv_heads
 
     @property
+    def keys_in_reach(self) -> int:
+        """How many of the cache's keys some query sees: [0, start_pos + q_len) for a
+        causal case (no row sees the slots after), every key otherwise."""
+        return min(self.kv_len, self.start_pos + self.q_len) if self.causal else self.kv_len
+
+    @property
     def id(self) -> str:
         g = "mqa" if self.n_kv_heads == 1 and self.n_heads > 1 else f"gqa{self.group}"
         parts = [self.family, f"b{self.batch}" if self.batch != 1 else "",
