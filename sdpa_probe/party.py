@@ -29,7 +29,22 @@ class Party:
         self.run(n)
 
 
-class NativeParty(Party):
+class CLoopParty(Party):
+    """Calls made in a C loop that writes each call's seconds: a subclass gives `_ffi`
+    and call(n, seconds_out)."""
+
+    _ffi: object
+
+    def run(self, n: int) -> list[float]:
+        buf = self._ffi.new("double[]", n)
+        self.call(n, buf)
+        return list(self._ffi.unpack(buf, n))
+
+    def call(self, n: int, seconds_out=None) -> None:
+        raise NotImplementedError
+
+
+class NativeParty(CLoopParty):
     """A kernel behind the C ABI, timed in the library's C loop: a registered kernel
     by its index, a user kernel through its sdpa_forward's address."""
 
@@ -56,11 +71,6 @@ class NativeParty(Party):
         for i, c in enumerate(self._calls):
             self._args[i] = c.args[0]
         self._next = 0
-
-    def run(self, n: int) -> list[float]:
-        buf = self._ffi.new("double[]", n)
-        self.call(n, buf)
-        return list(self._ffi.unpack(buf, n))
 
     def call(self, n: int, seconds_out=None) -> None:
         """n calls in the C loop (each call's seconds into seconds_out, if given)."""

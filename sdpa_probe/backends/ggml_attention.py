@@ -37,7 +37,7 @@ from .. import ggml_build
 from ..build import load
 from ..errors import BuildError, KernelError, ProbeError
 from ..judge.convention import Convention
-from ..party import Party
+from ..party import CLoopParty
 from ..reference import bias_matrix
 from .base import Unsupported, write_bshd
 
@@ -208,7 +208,7 @@ class GgmlBackend:
         g.fill(data.q_store, data.k_store, data.v_store, bias, self.FLASH)
         write_bshd(out, torch.from_numpy(g.compute().copy()))
 
-    def timer(self, shape, sets, threads: int) -> Party:
+    def timer(self, shape, sets, threads: int) -> CLoopParty:
         """A graph per input set (its own K and V), on one threadpool, timed in C."""
         if shape.dtype not in KV_TYPES:
             raise Unsupported(INT8_REASON if shape.dtype == "i8" else f"no {shape.dtype} path")
@@ -231,7 +231,7 @@ class GgmlNofaBackend(GgmlBackend):
     FLASH = False
 
 
-class GgmlParty(Party):
+class GgmlParty(CLoopParty):
     """ggml_graph_compute on one graph per input set, rotated through, in a C loop."""
 
     def __init__(self, name: str, ffi, lib, graphs: list[GgmlGraph]):
@@ -239,11 +239,6 @@ class GgmlParty(Party):
         self._ffi, self._lib, self._graphs = ffi, lib, graphs  # (kept alive while timed)
         self._ptrs = ffi.new("ggml_sdpa *[]", [g.ptr for g in graphs])
         self._next = 0
-
-    def run(self, n: int) -> list[float]:
-        buf = self._ffi.new("double[]", n)
-        self.call(n, buf)
-        return list(self._ffi.unpack(buf, n))
 
     def call(self, n: int, seconds_out=None) -> None:
         k = len(self._graphs)
