@@ -365,21 +365,25 @@ def _ratio(shape: str, kernel: str, peer: str, attempts: int = 5, want: float = 
     return best
 
 
+@pytest.mark.perf
 def test_flash_decode_beats_the_decomposed_graph():
     # measured here: ~30x; the decomposed graph materialises the GQA broadcast and scores
     assert _ratio("decode-h32kv8d64-kv2048-f32", "flash", "decomposed", want=5.0) >= 5.0
 
 
+@pytest.mark.perf
 def test_flash_decode_beats_torch():
     # measured here: 2.2x - 2.6x at kv 8192 (2 threads each; Zen 1), 3.2x - 4.3x (Zen 5, AVX-512)
     assert _ratio("decode-h32kv8d64-kv8192-f32", "flash", "torch", want=1.3) >= 1.3
 
 
+@pytest.mark.perf
 def test_flash_prefill_keeps_up_with_torch():
     # measured here: ~1.5x on this smaller causal prefill (Zen 1); 1.3-1.8x on Zen 5
     assert _ratio("prefill-h8kv2d64-q256-kv256-causal-f32", "flash", "torch", want=0.8) >= 0.8
 
 
+@pytest.mark.perf
 def test_flash_f16_decode_is_not_slower_than_f32():
     """F16 K/V are converted in registers (half the bytes); a regression to a
     scratch conversion pass made it 3x slower than F32."""
@@ -396,6 +400,7 @@ def test_flash_f16_decode_is_not_slower_than_f32():
     assert best >= 0.8
 
 
+@pytest.mark.perf
 def test_quant_int8_decode_beats_f32_flash_on_avx512():
     """int8 K/V are a quarter of F32's bytes; on the AVX-512 block path (exact integer
     Q.K^T, in-register dequantisation) int8 decode measured 1.9-2.0x F32 `flash` warm on
@@ -409,11 +414,13 @@ def test_quant_int8_decode_beats_f32_flash_on_avx512():
                   want=1.3) >= 1.3
 
 
+@pytest.mark.perf
 def test_quant_int8_beats_per_block_allocation():
     assert _ratio("decode-h32kv8d64-kv4096-i8", "quant_int8", "quant_int8_alloc",
                   want=1.3) >= 1.3
 
 
+@pytest.mark.perf
 @pytest.mark.skipif(executorch_library() is None, reason="executorch not installed")
 def test_quant_int8_beats_executorch_quantized_sdpa():
     # measured here: ~11x against custom_quantized_sdpa at kv 2048
