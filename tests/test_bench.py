@@ -478,7 +478,7 @@ def test_a_kernel_that_prints_leaves_the_json_on_stdout_whole(tmp_path, command)
     assert src.count(entry) == 1
     chatty = tmp_path / "chatty.c"
     chatty.write_text(src.replace(entry, entry + '\n  printf("chatty kernel");'))
-    args = {"bench": ["bench", "-k", str(chatty), "-s", "decode-h4kv2d64-kv256-f32", "--vs",
+    args = {"bench": ["bench", "--kernel", str(chatty), "-s", "decode-h4kv2d64-kv256-f32", "--vs",
                       "flash", "--rounds", "2", "--min-time", "0.001", "--no-allocs"],
             "profile": ["profile", "-m", "smollm2-135m", "--layers", "1", "--kernel",
                         str(chatty), "-c", "32", "-n", "2", "--warmup", "1", "--json", "-"],
