@@ -213,7 +213,7 @@ def test_uncapped_sink_rule_exceeds_a_small_context():
 # ---- probe sizing -------------------------------------------------------------------
 
 def test_cli_headline_json():
-    res = runner.invoke(app, ["sizing", "--window", "64", "--chunk", "128", "--format", "json"])
+    res = runner.invoke(app, ["sizing", "--window", "64", "--chunk", "128", "--json"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)
     assert doc["minimum"] == 191 and doc["closed_form"] == 191

@@ -1,11 +1,8 @@
-"""One meaning per short flag across commands, -k as pytest's expression, -x /
---maxfail, and help text that reads cleanly at 80 columns."""
-
-import json
+"""One meaning per short flag across commands, -k as pytest's expression, and help
+text that reads cleanly at 80 columns (-x: tests/test_output_fit.py)."""
 
 import pytest
 import typer
-from kernels_for_tests import BUGS, SRC
 from typer.testing import CliRunner
 
 from sdpa_probe.cli import app
@@ -76,15 +73,3 @@ def test_help_is_clean_at_80_columns():
         assert "<bool>" not in text and "%%" not in text and "[/" not in text, (name, text)
         long = [ln for ln in text.splitlines() if len(ln) > 80]
         assert not long, (name, long)
-
-
-def test_maxfail_stops_starting_cases(tmp_path):
-    path = tmp_path / "no_start_pos.c"
-    path.write_text(SRC.replace(*BUGS["ignore-start-pos"]))
-    out = tmp_path / "r.json"
-    res = runner.invoke(app, ["check", "--kernel", str(path), "--suite", "smoke", "-k",
-                              "causal", "-j", "1", "-x", "--json", str(out)])
-    assert res.exit_code == 1, res.output
-    recs = json.loads(out.read_text())["records"]
-    assert sum(r["status"] == "fail" for r in recs) == 1
-    assert "--maxfail" in res.output and "not run" in res.output

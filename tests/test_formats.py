@@ -89,3 +89,12 @@ def test_check_jsonl_is_a_record_a_line():
     assert res.exit_code == 0, res.output
     recs = [json.loads(ln) for ln in res.stdout.splitlines()]
     assert [(r["case"], r["status"], r["probe"]) for r in recs] == [(case, "pass", "check")]
+
+
+def test_a_bare_json_is_stdout_in_every_command():
+    res = runner.invoke(app, [*SIZING, "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["minimum"] >= 1
+    res = runner.invoke(app, ["sizing", "-w", "8", "--json", "--chunk", "4"])
+    assert res.exit_code == 0 and "policies" in json.loads(res.stdout)
+    res = runner.invoke(app, ["check", "--list", "-k", "far and f16", "--json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["cases"]

@@ -2,7 +2,9 @@
 in the stated order, never by cutting a number or an id (tables.fit)."""
 
 import copy
+import json
 import re
+from types import SimpleNamespace
 
 import pytest
 from kernels_for_tests import BUGS, SRC
@@ -11,7 +13,9 @@ from typer.testing import CliRunner
 
 from sdpa_probe import tables
 from sdpa_probe.cli import app, bench_cmd
+from sdpa_probe.cli.check_render import show_result
 from sdpa_probe.cli.output import Output
+from sdpa_probe.records import Record
 from sdpa_probe.tables import Col, Sheet
 
 runner = CliRunner()
@@ -118,25 +122,43 @@ def test_profile_and_sizing_fit_at_80_and_120(tmp_path):
         assert_fits(res.stdout, width, ["sink+window+chunk-capped", "closed-form"])
 
 
-def test_check_failures_and_repro_fit_at_80_and_120(tmp_path, monkeypatch):
+def test_check_failures_fit_at_80_and_120_and_x_stops_at_the_first(tmp_path, monkeypatch):
+    """One check run (-x: it stops after its first failure) shown at 80 columns, its
+    records shown again at 120, and the failing case's --repro at 80."""
     monkeypatch.chdir(tmp_path)  # (a kernel path shorter than a line)
     path = tmp_path / "no_start_pos.c"
     path.write_text(SRC.replace(*BUGS["ignore-start-pos"]))
     path = path.relative_to(tmp_path)
-    case = "decode-h8gqa4-q1-kv300-d64-f32-causal200"
-    for width in WIDTHS:
-        env = {"COLUMNS": str(width)}
-        res = runner.invoke(app, ["check", "--kernel", str(path), "-k", case], env=env)
-        assert res.exit_code == 1, res.output
-        assert_fits(res.stdout, width, [case])
-        lines = res.stdout.splitlines()
-        at = next(i for i, ln in enumerate(lines) if ln.strip().startswith("probe check --"))
-        cmd = lines[at].strip()
-        while cmd.endswith("\\"):
-            at += 1
-            cmd = cmd.removesuffix("\\").strip() + " " + lines[at].strip()
-        assert cmd == f"probe check --kernel {path} --repro {case}"
+    res = runner.invoke(app, ["check", "--kernel", str(path), "--suite", "smoke", "-k",
+                              "causal200 or causal65", "-j", "1", "-x", "--json", "r.json"],
+                        env={"COLUMNS": "80"})
+    assert res.exit_code == 1, res.output
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert [r["status"] for r in doc["records"]] == ["fail"]  # (-x: the other not run)
+    assert "--maxfail" in res.output and "1 case(s) not run" in res.output
+    case = doc["records"][0]["case"]
+    assert_fits(res.stdout, 80, [case])
+    assert _repro_line(res.stdout) == f"probe check --kernel {path} --repro {case}"
+    monkeypatch.setenv("COLUMNS", "120")
+    out = Output()
+    result = SimpleNamespace(records=[Record(**r) for r in doc["records"]], cases=[None],
+                             seconds=1.0, golden=None, document=doc)
+    with out.out.capture() as cap:
+        show_result(out, result, [str(path)], each_failure=False)
+    assert_fits(cap.get(), 120, [case])
+    assert _repro_line(cap.get()) == f"probe check --kernel {path} --repro {case}"
     res = runner.invoke(app, ["check", "--kernel", str(path), "--repro", case],
                         env={"COLUMNS": "80"})
     assert res.exit_code == 1, res.output
     assert_fits(res.stdout, 80, [case])
+
+
+def _repro_line(text: str) -> str:
+    """The first repro command in text, its backslash-continued lines joined."""
+    lines = text.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.strip().startswith("probe check --"))
+    cmd = lines[at].strip()
+    while cmd.endswith("\\"):
+        at += 1
+        cmd = cmd.removesuffix("\\").strip() + " " + lines[at].strip()
+    return cmd

@@ -9,7 +9,17 @@ from ..backends import is_kernel_file
 from ..errors import ProbeError
 from ..tables import Col, Sheet
 from . import command
-from .formats import FORCE, FORMAT, OUTPUT, check_format, deliver, json_option, stdout_is_data
+from .baseline_opts import COMPARE, SAVE_BASELINE, after_run, before_run, compare_sheet
+from .formats import (
+    FORCE,
+    FORMAT,
+    OUTPUT,
+    JsonPathCommand,
+    check_format,
+    deliver,
+    json_option,
+    stdout_is_data,
+)
 from .output import Output, check_writable, human_bytes
 from .pass_env import PASS_ENV
 
@@ -149,10 +159,12 @@ def _render(out: Output, doc: dict, json_path: str | None) -> None:
 
 
 def _sheets(doc: dict) -> list[Sheet]:
-    """The bench table, the allocations table and (with --goals) the targets'."""
+    """The bench table, the allocations table, (with --goals) the targets' and (with
+    --compare) the comparison with a saved run."""
     sheets = [_table(doc), _allocs_table(doc)]
     if doc.get("targets"):
         sheets.append(_goals_table(doc))
+    sheets.append(compare_sheet(doc))
     return [s for s in sheets if s is not None]
 
 
@@ -188,7 +200,7 @@ def _list_presets(out: Output) -> None:
         out.print(f"{name}  [dim]{' '.join(groups)}[/]")
 
 
-@command("bench")
+@command("bench", cls=JsonPathCommand)
 def bench_command(
     kernel: str = typer.Option(
         None, "--kernel",
@@ -220,6 +232,7 @@ def bench_command(
                                    help="Seconds each party runs per round (at least one call)."),
     json_path: str = json_option("the results as JSON"),
     fmt: str = FORMAT, output: str = OUTPUT, force: bool = FORCE,
+    save_baseline: str = SAVE_BASELINE, compare: str = COMPARE,
     list_presets: bool = typer.Option(False, "--list", help="List the preset shapes and exit."),
     allocs: bool = typer.Option(True, "--allocs/--no-allocs",
                                 help="Also count every party's heap allocations per call "
@@ -249,9 +262,11 @@ def bench_command(
         _list_presets(out)
         return
     check_writable(json_path, "--json", inputs=inputs)
+    base = before_run("bench", save_baseline, compare, force)
     out.warn_if_portable()
     doc = bench.run_bench(shape, kernels=_split(kernel), peers=_split(vs), dtypes=_split(dtype),
                           threads=threads, cold=cold, rounds=rounds, min_time=min_time,
                           progress=out.note, allocs=allocs, goals=goals, select=select or ())
+    after_run(out, "bench", doc, save_baseline, base)
     _render(out, doc, json_path)
     _exit_status(doc)

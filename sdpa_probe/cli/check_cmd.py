@@ -28,19 +28,28 @@ from ..outputs import write_text
 from ..records import Record
 from ..report import exit_code, write_junit
 from . import command
-from .check_render import STATUS_STYLE, show_result
+from .check_render import STATUS_STYLE, cases_markdown, show_result
 from .check_render import list_cases as show_cases
-from .formats import FORMAT, OUTPUT, check_format, deliver, json_option, stdout_is_data
+from .formats import (
+    FORMAT,
+    OUTPUT,
+    JsonPathCommand,
+    check_format,
+    deliver,
+    json_option,
+    stdout_is_data,
+)
 from .output import Output, check_writable, path_option
 from .pass_env import PASS_ENV
 from .repro import run_repro
 
 MAX_TIMEOUT = 86400
 MAX_JOBS = 1024  # worker processes: past any machine's cores
+MAX_FAIL = 1 << 30  # --maxfail: past any suite's size
 
 
 # why long: its options are its signature (typer)
-@command("check")
+@command("check", cls=JsonPathCommand)
 def check_command(
     backend: list[str] = typer.Option(None, "--backend", "-b", metavar="NAME",
                                       help="Backend(s) from `probe backends`, or all (every "
@@ -113,7 +122,7 @@ def check_command(
                                            "figures, with the other cases' ids)."),
     exitfirst: bool = typer.Option(False, "--exitfirst", "-x",
                                    help="Stop at the first failure (--maxfail 1)."),
-    maxfail: int = typer.Option(0, "--maxfail", min=0, metavar="N",
+    maxfail: int = typer.Option(0, "--maxfail", min=0, max=MAX_FAIL, metavar="N",
                                 help="Start no case after N failures, crashes or timeouts "
                                      "(0: run them all)."),
     list_cases: bool = typer.Option(False, "--list",
@@ -160,7 +169,8 @@ def check_command(
         if suite_name in EXTRA_SUITES:
             raise ProbeError(f"--list: the {suite_name} suite is not a case list; "
                              "probe sizing --help shows its policies")
-        show_cases(out, cases, json_path)
+        rows = show_cases(out, cases, json_path)
+        deliver(out, fmt, output, "check", {"cases": rows}, rows, lambda: cases_markdown(rows))
         return
     req.jobs, job_notes = sandbox.plan_jobs(req.jobs, force_jobs)
     for note in job_notes:

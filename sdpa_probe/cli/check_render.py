@@ -17,7 +17,7 @@ from ..backends import parse
 from ..cases import Case, tolerance
 from ..records import FAILING, Record
 from ..report import by_backend_family, summary
-from ..tables import Col, Sheet, command_lines, fit
+from ..tables import Col, Sheet, command_lines, fit, markdown
 from .output import Output
 
 STATUS_STYLE = {"pass": "green", "fail": "red", "crash": "bold red", "timeout": "magenta",
@@ -158,7 +158,7 @@ def _failure_table_fits(sheet: Sheet, records: list[Record], width: int) -> bool
     return not f.stacked and not f.dropped and f.widths[len(sheet.cols) - 1] >= longest
 
 
-def list_cases(out: Output, cases: list[Case], json_path: str | None) -> None:
+def list_cases(out: Output, cases: list[Case], json_path: str | None) -> list[dict]:
     """The selected cases, one a line: id, tolerance, FLOPs and bytes (--json: all of a
     case's parameters too)."""
     # (an invalid call is judged on its status: no tolerance)
@@ -169,15 +169,37 @@ def list_cases(out: Output, cases: list[Case], json_path: str | None) -> None:
     if json_path:
         out.write_json(json_path, {"cases": rows})
     if json_path != "-":  # plain lines, never folded: the ids are for copying into -k
-        w = max((len(r["id"]) for r in rows), default=2)
-        out.print(f"{'id':<{w}}  {'atol':>8}  {'rtol':>6}  {'FLOPs':>13}  {'bytes':>11}",
-                  style="bold", soft_wrap=True)
-        for r in rows:
-            tol = ("       -       -" if r["atol"] is None
-                   else f"{r['atol']:>8.2g}  {r['rtol']:>6.2g}")
-            out.print(f"{r['id']:<{w}}  {tol}  {r['flops']:>13,}  {r['bytes']:>11,}",
-                      soft_wrap=True)
-        out.print(f"{len(rows)} cases", soft_wrap=True)
+        for line in _case_lines(rows, out.width):
+            out.print(line, soft_wrap=True, markup=False, highlight=False)
+    return rows
+
+
+def _case_lines(rows: list[dict], width: int) -> list[str]:
+    """The id column and as many figure columns as fit width (bytes leave first, then
+    FLOPs, rtol, atol); an id is never cut."""
+    cols = [("atol", [("-" if r["atol"] is None else f"{r['atol']:.2g}") for r in rows]),
+            ("rtol", [("-" if r["rtol"] is None else f"{r['rtol']:.2g}") for r in rows]),
+            ("FLOPs", [f"{r['flops']:,}" for r in rows]),
+            ("bytes", [f"{r['bytes']:,}" for r in rows])]
+    w = max((len(r["id"]) for r in rows), default=2)
+    sizes = [max(len(h), *(len(c) for c in cells)) for h, cells in cols]
+    while cols and w + sum(2 + s for s in sizes) > width:
+        cols, sizes = cols[:-1], sizes[:-1]
+    lines = ["  ".join([f"{'id':<{w}}"] + [f"{h:>{s}}" for (h, _), s in zip(cols, sizes,
+                                                                          strict=True)])]
+    for i, r in enumerate(rows):
+        lines.append("  ".join([f"{r['id']:<{w}}"] + [f"{c[i]:>{s}}" for (_, c), s in
+                                                      zip(cols, sizes, strict=True)]))
+    return [*lines, f"{len(rows)} cases"]
+
+
+def cases_markdown(rows: list[dict]) -> str:
+    """--list --format md: the case list as a Markdown table."""
+    t = Sheet([Col("id", "id"), Col("atol"), Col("rtol"), Col("FLOPs"), Col("bytes")])
+    for r in rows:
+        tol = ("-", "-") if r["atol"] is None else (f"{r['atol']:.2g}", f"{r['rtol']:.2g}")
+        t.add_row(r["id"], *tol, f"{r['flops']:,}", f"{r['bytes']:,}")
+    return "# probe check --list\n\n" + markdown(t)
 
 
 def unrepeatable_notes(records: list[Record]) -> list[str]:

@@ -7,8 +7,10 @@
   --output FILE                      the --format output goes to FILE instead (stdout
                                      keeps the table); a file probe did not write is
                                      refused unless --force
-  --json PATH                        the JSON document to PATH too ('-': stdout, the
-                                     same as --format json)
+  --json [PATH]                      the JSON document to PATH too ('-', or no
+                                     PATH: stdout, the same as --format json; as
+                                     --json means in the commands where it takes
+                                     no value)
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import io
 import json
 
 import typer
+from typer.core import TyperCommand
 
 from ..errors import ProbeError
 from ..outputs import _clean, check_writable, dumps, write_text
@@ -32,14 +35,36 @@ OUTPUT = typer.Option(
     None, "--output", "-o", metavar="FILE",
     help="Write the --format output to FILE instead of stdout (the table stays on the "
          "terminal). An existing file is replaced only if probe wrote it, or with --force.")
-FORCE = typer.Option(False, "--force", help="Overwrite an existing --output file that probe "
-                                            "did not write.")
+FORCE = typer.Option(False, "--force", help="Replace an existing --output file that probe did "
+                                            "not write, or a --save-baseline NAME, without "
+                                            "asking.")
 
 
 def json_option(what: str = "the JSON document"):
-    """--json PATH, the same in every command."""
-    return typer.Option(None, "--json", metavar="PATH",
-                        help=f"Also write {what} to PATH ('-': stdout, as --format json).")
+    """--json [PATH], the same in every command (with JsonPathCommand)."""
+    return typer.Option(None, "--json", metavar="[PATH]",
+                        help=f"Also write {what} to PATH (no PATH or '-': stdout, as "
+                             "--format json).")
+
+
+def bare_json_to_stdout(args: list[str]) -> list[str]:
+    """A --json with no value (the last word, or an option next) reads as --json -:
+    stdout, as --json means where it takes no value."""
+    out: list[str] = []
+    for i, a in enumerate(args):
+        out.append(a)
+        if a == "--json":
+            after = args[i + 1] if i + 1 < len(args) else None
+            if after is None or (after.startswith("-") and after != "-"):
+                out.append("-")
+    return out
+
+
+class JsonPathCommand(TyperCommand):
+    """A command whose --json takes an optional PATH (bare_json_to_stdout)."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, bare_json_to_stdout(list(args)))
 
 
 def check_format(fmt: str, output: str | None, json_path: str | None, *, force: bool = False,
@@ -55,6 +80,7 @@ def check_format(fmt: str, output: str | None, json_path: str | None, *, force: 
         except ProbeError as exc:
             hint = "; --force replaces it" if "not one of probe's reports" in str(exc) else ""
             raise ProbeError(f"{exc}{hint}") from None
+    check_writable(json_path, "--json", inputs=inputs)
     takers = ["--json -"] if json_path == "-" else []
     takers += [f"--{name} -" for name in other_stdout if name]
     if fmt != "table" and output is None:

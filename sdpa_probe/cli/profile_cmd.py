@@ -8,7 +8,7 @@ import typer
 from rich.console import Group
 from rich.live import Live
 
-from .. import sandbox
+from .. import sandbox, tables
 from ..errors import ProbeError
 from ..limits import check_count
 from ..profile import models, report
@@ -17,7 +17,17 @@ from ..profile.run import run_profile
 from ..profile.settings import settings_from_options
 from ..tables import render
 from . import command
-from .formats import FORCE, FORMAT, OUTPUT, check_format, deliver, json_option, stdout_is_data
+from .baseline_opts import COMPARE, SAVE_BASELINE, after_run, before_run, compare_sheet
+from .formats import (
+    FORCE,
+    FORMAT,
+    OUTPUT,
+    JsonPathCommand,
+    check_format,
+    deliver,
+    json_option,
+    stdout_is_data,
+)
 from .output import Output, check_writable
 from .pass_env import PASS_ENV
 
@@ -145,7 +155,7 @@ def _warn_caller_changed(doc: dict, out: Output) -> None:
                  "check fails such a kernel)")
 
 
-@command("profile")
+@command("profile", cls=JsonPathCommand)
 def profile_command(
     model: str = _MODEL, custom: bool = _CUSTOM, layers: int = _LAYERS, hidden: int = _HIDDEN,
     heads: int = _HEADS, kv_heads: int = _KV_HEADS, head_dim: int = _HEAD_DIM, ffn: int = _FFN,
@@ -157,7 +167,7 @@ def profile_command(
     trace_path: str = _TRACE, live: bool = _LIVE, chart: str = _CHART,
     chart_by: str = _CHART_BY, chart_top: int = _CHART_TOP, interactive: bool = _INTERACTIVE,
     script: bool = _SCRIPT, fmt: str = FORMAT, output: str = OUTPUT, force: bool = FORCE,
-    pass_env: list[str] = PASS_ENV,
+    save_baseline: str = SAVE_BASELINE, compare: str = COMPARE, pass_env: list[str] = PASS_ENV,
 ) -> None:
     """Profile one transformer decode step op by op: decomposed vs fused attention."""
     sandbox.pass_env(pass_env)
@@ -166,9 +176,11 @@ def profile_command(
     check_format(fmt, output, json_path, force=force, inputs=[kernel],
                  other_stdout=("csv" if csv_path == "-" else None,
                                "trace" if trace_path == "-" else None))
-    if interactive and (fmt != "table" or output is not None):
-        raise ProbeError("--interactive draws on the terminal: drop --format / --output "
-                         "(its session is saved with the save command)")
+    if interactive and (fmt != "table" or output is not None or save_baseline or compare):
+        raise ProbeError("--interactive draws on the terminal: drop --format, --output, "
+                         "--save-baseline and --compare (its session is saved with the save "
+                         "command)")
+    base = before_run("profile", save_baseline, compare, force)
     to_stdout = "-" in (csv_path, trace_path) or stdout_is_data(fmt, output, json_path)
     out = Output(to_stdout, fmt, output, force)
     settings = settings_from_options(
@@ -187,10 +199,15 @@ def profile_command(
     else:
         doc, runs = run_profile(settings, progress=out.note)
     _warn_caller_changed(doc, out)
+    after_run(out, "profile", doc, save_baseline, base)
     report.write_files(doc, runs, json_path=json_path, csv_path=csv_path, trace_path=trace_path,
                        chart_path=chart, chart_by=chart_by, chart_top=chart_top)
     report.render(doc, out, chart_by, chart_top)  # (its tables only when stdout is free)
+    cmp = compare_sheet(doc)
+    if cmp is not None:
+        out.table(cmp)
     deliver(out, fmt, output, "profile", doc, lambda: report.csv_rows(doc),
-            lambda: report.markdown(doc), csv_override=report.csv_text(doc))
+            lambda: report.markdown(doc) + ("\n" + tables.markdown(cmp) if cmp else ""),
+            csv_override=report.csv_text(doc))
     if chart:
         out.note(f"chart written to {chart}")

@@ -8,7 +8,16 @@ import typer
 from .. import TOOL, sizing, tables
 from ..tables import Col, Sheet
 from . import command
-from .formats import FORCE, FORMAT, OUTPUT, check_format, deliver, json_option, stdout_is_data
+from .formats import (
+    FORCE,
+    FORMAT,
+    OUTPUT,
+    JsonPathCommand,
+    check_format,
+    deliver,
+    json_option,
+    stdout_is_data,
+)
 from .output import Output
 
 SIZING_SCHEMA = "sdpa_probe.sizing/1"
@@ -59,7 +68,7 @@ def _print_report(out: Output, rep: sizing.SizingReport) -> None:
         out.print(f"  {p.name}: {p.source}")
 
 
-@command("sizing")
+@command("sizing", cls=JsonPathCommand)
 def sizing_command(
     window: int = typer.Option(..., "--window", "-w", help="Sliding window W: a query at "
                                "position p sees keys (p - W, p]."),
