@@ -82,15 +82,6 @@ def test_bench_formats(fmt, capsys):
         assert json.loads(text)["results"][1]["median_us"] == 1234567.0
 
 
-def test_check_jsonl_is_a_record_a_line():
-    case = "decode-h8gqa4-q1-kv300-d64-f32-causal200"
-    res = runner.invoke(app, ["check", "-b", "flash", "-k", case, "-f", "jsonl",
-                              "--no-leak-check"])
-    assert res.exit_code == 0, res.output
-    recs = [json.loads(ln) for ln in res.stdout.splitlines()]
-    assert [(r["case"], r["status"], r["probe"]) for r in recs] == [(case, "pass", "check")]
-
-
 def test_a_bare_json_is_stdout_in_every_command():
     res = runner.invoke(app, [*SIZING, "--json"])
     assert res.exit_code == 0 and json.loads(res.stdout)["minimum"] >= 1

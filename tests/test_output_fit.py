@@ -130,14 +130,17 @@ def test_check_failures_fit_at_80_and_120_and_x_stops_at_the_first(tmp_path, mon
     path.write_text(SRC.replace(*BUGS["ignore-start-pos"]))
     path = path.relative_to(tmp_path)
     res = runner.invoke(app, ["check", "--kernel", str(path), "--suite", "smoke", "-k",
-                              "causal200 or causal65", "-j", "1", "-x", "--json", "r.json"],
+                              "causal200 or causal65", "-j", "1", "-x", "--json", "r.json",
+                              "--format", "jsonl", "--output", "r.jsonl"],
                         env={"COLUMNS": "80"})
     assert res.exit_code == 1, res.output
     doc = json.loads((tmp_path / "r.json").read_text())
     assert [r["status"] for r in doc["records"]] == ["fail"]  # (-x: the other not run)
     assert "--maxfail" in res.output and "1 case(s) not run" in res.output
     case = doc["records"][0]["case"]
-    assert_fits(res.stdout, 80, [case])
+    assert_fits(res.stdout, 80, [case])  # (the table stays on the terminal with --output)
+    (line,) = (tmp_path / "r.jsonl").read_text().splitlines()  # --format jsonl: a record
+    assert json.loads(line) | {"probe": "check"} == {"probe": "check"} | doc["records"][0]
     assert _repro_line(res.stdout) == f"probe check --kernel {path} --repro {case}"
     monkeypatch.setenv("COLUMNS", "120")
     out = Output()
