@@ -66,8 +66,7 @@ def check_command(
                                         "e.g. -c2 for a kernel not meant to be called from "
                                         "two threads at once)."),
     dtype: list[str] = typer.Option(None, "--dtype", metavar="DTYPES",
-                                    help="Only these storage dtypes: "
-                                                          "f32,f16,bf16,i8."),
+                                    help="Only these storage dtypes: f32,f16,bf16,i8."),
     suite_name: str = typer.Option("default", "--suite",
                                    help="smoke | default | full | random (64 cases drawn from "
                                         "the whole parameter space, a new slice per --seed) | "
