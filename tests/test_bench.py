@@ -150,7 +150,7 @@ def test_noisy_medians_are_marked_and_named_in_a_note(monkeypatch):
     assert f"{shape.name} flash" in note and f"{shape.name} torch" in note
     assert set(doc["load"]) == {"other_cpu_fraction", "steal_fraction", "busy"}
     table = bench_cmd._table(doc)  # the noisy figures are drawn in yellow
-    cells = [c._cells for c in table.columns]
+    cells = list(zip(*table.rows, strict=True))
     assert cells[3][0].startswith("[yellow]") and cells[10][0].startswith("[yellow]")
 
 
@@ -485,7 +485,7 @@ def test_a_kernel_that_prints_leaves_the_json_on_stdout_whole(tmp_path, command)
     assert src.count(entry) == 1
     chatty = tmp_path / "chatty.c"
     chatty.write_text(src.replace(entry, entry + '\n  printf("chatty kernel");'))
-    args = {"bench": ["bench", "-k", str(chatty), "-s", "decode-h4kv2d64-kv256-f32", "--vs",
+    args = {"bench": ["bench", "--kernel", str(chatty), "-s", "decode-h4kv2d64-kv256-f32", "--vs",
                       "flash", "--rounds", "2", "--min-time", "0.001", "--no-allocs"],
             "profile": ["profile", "-m", "smollm2-135m", "--layers", "1", "--kernel",
                         str(chatty), "-c", "32", "-n", "2", "--warmup", "1", "--json", "-"],

@@ -32,7 +32,7 @@ WORK = [("sdpa_probe.cli.check_cmd", "run_check"), ("sdpa_probe.check.repro", "W
 
 CASE = "decode-h8gqa4-q1-kv129-d64-f32"  # of the smoke suite
 # what a command needs beside the option under test to get as far as its work
-BASE = {"sizing": ["-w", "4", "-c", "2"], "check": ["-b", "flash", "-k", "decode"],
+BASE = {"sizing": ["-w", "4", "--chunk", "2"], "check": ["-b", "flash", "-k", "decode"],
         "golden diff": [str(golden.default_dir())]}
 # options that only count together with another one
 WITH = {("check", "--save"): ["-b", "flash", "--repro", CASE],

@@ -12,6 +12,7 @@ import numpy as np
 from ..backends import make
 from ..cases import Case, all_cases, tolerance
 from ..cases import find_case as cases_find_case
+from ..cases.suites import SUITES, suite
 from ..errors import ProbeError
 from ..judge import repeat
 from ..judge.verdict import error_map
@@ -75,7 +76,9 @@ class Repro:
 
 
 def find_case(case_id: str) -> Case:
-    cases = all_cases()
+    """The case an id names in any fixed suite: the smoke suite's cases are not all in
+    the full one, and a failure's repro command names the case of the suite it ran."""
+    cases = {c.id: c for name in SUITES for c in suite(name)} | all_cases()
     found = cases_find_case(case_id, cases)
     if found is not None:
         return found

@@ -15,7 +15,7 @@ from .output import native_stdout_to_stderr
 def typer_app(name: str, help: str) -> typer.Typer:
     """A Typer app with the settings every `probe` command group shares."""
     return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False,
-                       pretty_exceptions_enable=False, rich_markup_mode="rich")
+                       pretty_exceptions_enable=False, rich_markup_mode=None)
 
 
 app = typer_app("probe", "Profile and check CPU scaled-dot-product attention (SDPA) kernels.")
