@@ -72,12 +72,14 @@ def test_sane_ranges(first):
     assert 0.1 < r["read_bw_gbs_all"] < 5000
     assert 0.1 < r["l2_read_bw_gbs"] < 50000
     assert 0.1 < r["fma_gflops_1t"] < 100000
-    # all threads should not be slower than one, give or take a noisy neighbour
-    assert r["fma_gflops_all"] >= 0.6 * r["fma_gflops_1t"]
+    # all threads should not be slower than one, give or take a noisy neighbour; on a
+    # machine the run itself found busy, others take the threads' CPUs (no comparison)
+    quiet = not r["load"]["busy"]
+    assert r["fma_gflops_all"] >= 0.6 * r["fma_gflops_1t"] or not quiet
     assert r["ridge_flops_per_byte_all"] > 0
     for dt in machine.CONVERT_DTYPES:  # elements converted per second: above 10 M, below FMA
         assert 0.01 < r[f"cvt_{dt}_gelems_1t"] < r["fma_gflops_1t"]
-        assert r[f"cvt_{dt}_gelems_all"] >= 0.6 * r[f"cvt_{dt}_gelems_1t"]
+        assert r[f"cvt_{dt}_gelems_all"] >= 0.6 * r[f"cvt_{dt}_gelems_1t"] or not quiet
     d = r["details"]
     assert set(d) == set(machine.ROOFLINE_KEYS)
     for key, item in d.items():
