@@ -5,8 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from .. import bench, sandbox
-from ..backends import is_kernel_file
+from .. import sandbox
 from ..errors import ProbeError
 from . import command
 from .output import Output, check_writable, human_bytes
@@ -31,6 +30,7 @@ def _noisy(text: str, stats: dict) -> str:
 
 
 def _table(doc: dict) -> Table:
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
     peers = bench.ratio_columns(doc)
     mode = "cold (rotating inputs > last-level cache)" if doc["mode"] == "cold" else \
         "warm (inputs reused every call)"
@@ -79,6 +79,7 @@ def _allocs_cell(c: dict | None) -> str:
 
 def _allocs_table(doc: dict) -> Table | None:
     """Heap allocations per call, the kernel's and each peer's, a row per result."""
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
     rows = [r for r in doc["results"] if r.get("allocs") is not None
             or any(ps.get("allocs") is not None for ps in r["peers"].values())]
     if not rows:
@@ -116,6 +117,7 @@ def _goals_table(doc: dict) -> Table:
 
 def _legend(out: Output, doc: dict) -> None:
     """What the % columns are held against, and the core's FMA rate of the same rounds."""
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
     roof = doc["roofline"]
     if roof:
         bw = roof["read_bw_gbs_all" if doc["threads"] > 1 else "read_bw_gbs_1t"]
@@ -177,6 +179,7 @@ def _exit_status(doc: dict) -> None:
 
 
 def _list_presets(out: Output) -> None:
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
     for name, s in bench.PRESETS.items():
         groups = [g for g, f in bench.GROUPS.items() if g != "all" and f(s)]
         out.print(f"{name}  [dim]{' '.join(groups)}[/]")
@@ -228,6 +231,9 @@ def bench_command(
 
     Ratio = peer median / kernel median: above 1 the native kernel is faster.
     """
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
+    from ..backends import is_kernel_file  # deferred, as bench
+
     out = Output(json_path == "-")
     sandbox.pass_env(pass_env)
     for option, value in (("--kernel", kernel), ("--dtype", dtype)):
