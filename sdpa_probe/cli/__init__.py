@@ -7,9 +7,10 @@ import sys
 
 import typer
 
-from .. import __version__
+from .. import __version__, build_progress
 from ..errors import ProbeError
 from .output import native_stdout_to_stderr
+from .progress import BuildProgress
 
 
 def typer_app(name: str, help: str) -> typer.Typer:
@@ -28,9 +29,14 @@ def _print_version(asked: bool) -> None:
 
 
 @app.callback()
-def _options(version: bool = typer.Option(False, "--version", callback=_print_version,
-                                          is_eager=True, help="Print the version and exit.")):
+def _options(ctx: typer.Context,
+             version: bool = typer.Option(False, "--version", callback=_print_version,
+                                          is_eager=True, help="Print the version and exit."),
+             verbose: bool = typer.Option(False, "--verbose", "-v",
+                                          help="Also show each compiler command of a build.")):
     """Profile and check CPU scaled-dot-product attention (SDPA) kernels."""
+    # a native build anywhere in the command shows its progress on stderr
+    ctx.with_resource(build_progress.watching(BuildProgress(verbose)))
 
 
 def guarded(fn):

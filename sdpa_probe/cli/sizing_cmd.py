@@ -9,6 +9,7 @@ from rich.table import Table
 from .. import sizing
 from . import command
 from .output import Output
+from .progress import Activity
 
 _STYLE = {"undersized": "red", "exact": "green", "oversized": "yellow",
           "exceeds-full-context": "magenta"}
@@ -87,9 +88,14 @@ def sizing_command(
     full-context cache. The exact minimum is min(N, S + W + C - 1).
     """
     out = Output(json_out)
-    rep = sizing.size_caches(window, chunk, sink, context, policy, kernel=kernel, layers=layers,
-                             kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, seed=seed,
-                             exhaustive=all_lengths)
+    progress = Activity("probe sizing")
+    try:
+        rep = sizing.size_caches(window, chunk, sink, context, policy, kernel=kernel,
+                                 layers=layers, kv_heads=kv_heads, head_dim=head_dim,
+                                 dtype=dtype, seed=seed, exhaustive=all_lengths,
+                                 progress=progress)
+    finally:
+        progress.close()
     if json_out:
         out.emit_json(rep.as_dict())
     else:
