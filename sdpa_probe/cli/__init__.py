@@ -13,13 +13,15 @@ from .output import native_stdout_to_stderr
 from .progress import BuildProgress
 
 
-def typer_app(name: str, help: str) -> typer.Typer:
-    """A Typer app with the settings every `probe` command group shares."""
-    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False,
+def typer_app(name: str, help: str, completion: bool = False) -> typer.Typer:
+    """A Typer app with the settings every `probe` command group shares (completion:
+    the --install-completion and --show-completion options, the root's alone)."""
+    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=completion,
                        pretty_exceptions_enable=False, rich_markup_mode="rich")
 
 
-app = typer_app("probe", "Profile and check CPU scaled-dot-product attention (SDPA) kernels.")
+app = typer_app("probe", "Profile and check CPU scaled-dot-product attention (SDPA) kernels.",
+                completion=True)
 
 
 def _print_version(asked: bool) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -13,10 +14,11 @@ from .. import sandbox
 from ..errors import ProbeError
 from ..limits import check_count
 from ..profile import models, report
-from ..profile.interactive import explore
+from ..profile.interactive import explore, prompt_words
 from ..profile.run import run_profile
 from ..profile.settings import settings_from_options
 from . import command
+from .line_editing import line_editing
 from .output import Output, check_writable
 from .pass_env import PASS_ENV
 
@@ -120,12 +122,14 @@ def _explore(settings, out: Output, json_path: str | None) -> None:
     tty = sys.stdin.isatty()
 
     def read(prompt: str) -> str:
-        line = out.out.input(prompt)
-        if not tty:  # --script: show the command as a terminal would have
-            out.print(line, markup=False, highlight=False)
+        if tty:  # (readline draws the prompt itself, so that editing keeps it)
+            return input(prompt)
+        line = out.out.input(prompt)  # --script: show the command as a terminal would have
+        out.print(line, markup=False, highlight=False)
         return line
 
-    explore(settings, out, read, json_path)
+    with line_editing(prompt_words()) if tty else contextlib.nullcontext():
+        explore(settings, out, read, json_path)
 
 
 def _run_live(settings, out: Output) -> tuple[dict, list]:
