@@ -76,6 +76,9 @@ _CHART_BY = typer.Option("op", "--chart-by",
                          help="Chart series: op (the top ops) or kind (op kinds).")
 MAX_CHART_TOP = 100
 _CHART_TOP = typer.Option(6, "--chart-top", help="Series per chart panel (1-100).")
+_ALLOCS = typer.Option(True, "--allocs/--no-allocs",
+                       help="Count a --kernel file's heap allocations per step (in a worker "
+                            "with a counting malloc, as probe bench does).")
 _INTERACTIVE = typer.Option(False, "--interactive", "-i",
                             help="A prompt loop: change model, context, attention, "
                                  "cache, threads and rerun; each table shows the "
@@ -159,7 +162,7 @@ def profile_command(
     seed: int = _SEED, roofline: bool = _ROOFLINE, json_path: str = _JSON, csv_path: str = _CSV,
     trace_path: str = _TRACE, live: bool = _LIVE, chart: str = _CHART,
     chart_by: str = _CHART_BY, chart_top: int = _CHART_TOP, interactive: bool = _INTERACTIVE,
-    script: bool = _SCRIPT, pass_env: list[str] = PASS_ENV,
+    script: bool = _SCRIPT, allocs: bool = _ALLOCS, pass_env: list[str] = PASS_ENV,
 ) -> None:
     """Profile one transformer decode step op by op: decomposed vs fused attention."""
     sandbox.pass_env(pass_env)
@@ -175,7 +178,8 @@ def profile_command(
         dims={"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads,
               "head_dim": head_dim, "ffn": ffn},
         weights=weights, cache=cache, steps=steps, warmup=warmup, threads=threads, seed=seed,
-        capacity=cache_size, pp=pp, tg=tg, rope_style=rope, roofline=roofline)
+        capacity=cache_size, pp=pp, tg=tg, rope_style=rope, roofline=roofline,
+        user_allocs=allocs)
     out.warn_if_portable()
     if interactive:
         _explore(settings, out, json_path)
