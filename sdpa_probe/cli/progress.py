@@ -43,7 +43,9 @@ class Line:
 
     def __init__(self, text: str, file=None):
         self._own = file is None and _stderr_copy()
-        self.console = Console(file=self._own or file or sys.stderr, highlight=False)
+        # (soft_wrap: a line in a pipe or a log is never folded at 80 columns)
+        self.console = Console(file=self._own or file or sys.stderr, highlight=False,
+                               soft_wrap=True)
         self.t0 = self._last = time.monotonic()
         self.text, self.status = text, None
         self._lock, self._done = threading.Lock(), threading.Event()
