@@ -284,7 +284,7 @@ def _root_array(a: np.ndarray) -> np.ndarray:
 
 
 # (numpy 2 moved byte_bounds to numpy.lib.array_utils; numpy 1.26 has it at the top)
-_byte_bounds = getattr(np.lib, "array_utils", np).byte_bounds
+byte_bounds = getattr(np.lib, "array_utils", np).byte_bounds
 
 
 def _pointer(ffi, a: np.ndarray, keep: list):
@@ -294,8 +294,8 @@ def _pointer(ffi, a: np.ndarray, keep: list):
         raise ValueError("empty array")
     root = _root_array(a)
     if root is not a and root.flags.c_contiguous:
-        lo, hi = _byte_bounds(a)
-        rlo, rhi = _byte_bounds(root)
+        lo, hi = byte_bounds(a)
+        rlo, rhi = byte_bounds(root)
         if not (rlo <= lo and hi <= rhi):
             raise ValueError("view lies outside its base array")
         buf = ffi.from_buffer(root.reshape(-1).view(np.uint8))

@@ -23,8 +23,9 @@ class StartedWork(Exception):
 
 
 # the first step of each command's real work; a value that reaches one was accepted
-WORK = [("sdpa_probe.cli.check_cmd", "run_check"), ("sdpa_probe.check.repro", "WorkerPool"),
-        ("sdpa_probe.cli.run_cmd", "check_and_time"), ("sdpa_probe.bench.host", "roofline"),
+# (check and run import their work where they run it: it is replaced at its source)
+WORK = [("sdpa_probe.check.run", "run_check"), ("sdpa_probe.check.repro", "WorkerPool"),
+        ("sdpa_probe.check.single", "check_and_time"), ("sdpa_probe.bench.host", "roofline"),
         ("sdpa_probe.cli.profile_cmd", "run_profile"), ("sdpa_probe.cli.profile_cmd", "_explore"),
         ("sdpa_probe.cli.profile_cmd", "_run_live"), ("sdpa_probe.sizing.report", "Simulator"),
         ("sdpa_probe.golden.regen", "plan_regen"), ("sdpa_probe.golden", "verify"),

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from .. import bench, sandbox, tables
-from ..backends import is_kernel_file
+from .. import sandbox, tables
 from ..errors import ProbeError
 from ..tables import Col, Sheet
 from . import command
@@ -48,6 +47,7 @@ _DROP = {"DRAM run": 1, "limit (L2 µs)": 2, "IQR µs": 3, "GB/s": 4, "bound": 5
 
 
 def _table(doc: dict) -> Sheet:
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
     peers = bench.ratio_columns(doc)
     mode = "cold (rotating inputs > last-level cache)" if doc["mode"] == "cold" else \
         "warm (inputs reused every call)"
@@ -90,6 +90,7 @@ def _allocs_cell(c: dict | None) -> str:
 
 def _allocs_table(doc: dict) -> Sheet | None:
     """Heap allocations per call, the kernel's and each peer's, a row per result."""
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
     rows = [r for r in doc["results"] if r.get("allocs") is not None
             or any(ps.get("allocs") is not None for ps in r["peers"].values())]
     if not rows:
@@ -122,6 +123,7 @@ def _goals_table(doc: dict) -> Sheet:
 
 def _legend(out: Output, doc: dict) -> None:
     """What the % columns are held against, and the core's FMA rate of the same rounds."""
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
     roof = doc["roofline"]
     if roof:
         bw = roof["read_bw_gbs_all" if doc["threads"] > 1 else "read_bw_gbs_1t"]
@@ -195,6 +197,7 @@ def _exit_status(doc: dict) -> None:
 
 
 def _list_presets(out: Output) -> None:
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
     for name, s in bench.PRESETS.items():
         groups = [g for g, f in bench.GROUPS.items() if g != "all" and f(s)]
         out.print(f"{name}  [dim]{' '.join(groups)}[/]")
@@ -251,6 +254,9 @@ def bench_command(
 
     Ratio = peer median / kernel median: above 1 the native kernel is faster.
     """
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
+    from ..backends import is_kernel_file  # deferred, as bench
+
     inputs = [s for s in _split(kernel) + _split(vs) if is_kernel_file(s)]
     check_format(fmt, output, json_path, force=force, inputs=inputs)
     out = Output(stdout_is_data(fmt, output, json_path), fmt, output, force)

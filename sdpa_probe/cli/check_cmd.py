@@ -4,32 +4,18 @@ options become a CheckRequest for check.run; the records are shown by check_rend
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .. import conformance, native, sandbox
-from ..backends import BackendSpec, default_specs, parse, parse_list
-from ..check.run import (
-    EXTRA_SUITES,
-    RANDOM_SUITE,
-    CheckRequest,
-    CheckResult,
-    last_failed_filter,
-    parse_dtypes,
-    run_check,
-    select_cases,
-)
+from .. import native, sandbox
 from ..errors import ProbeError
 from ..golden import default_dir, store
 from ..id_filter import compile_filter
 from ..limits import check_seed
 from ..outputs import write_text
-from ..records import Record
-from ..report import exit_code, write_junit
 from . import command
-from .check_render import STATUS_STYLE, cases_markdown, show_result
-from .check_render import list_cases as show_cases
 from .formats import (
     FORMAT,
     OUTPUT,
@@ -41,7 +27,11 @@ from .formats import (
 )
 from .output import Output, check_writable, path_option
 from .pass_env import PASS_ENV
-from .repro import run_repro
+
+if TYPE_CHECKING:
+    from ..backends import BackendSpec
+    from ..check.run import CheckRequest, CheckResult
+    from ..records import Record
 
 MAX_TIMEOUT = 86400
 MAX_JOBS = 1024  # worker processes: past any machine's cores
@@ -133,6 +123,21 @@ def check_command(
 
     Exit code 0: every case passed (unsupported allowed); 1: a case failed, crashed or
     timed out; 2: usage error."""
+    # deferred, each: the check imports torch (seconds); probe --help imports none
+    from .. import conformance  # (deferred)
+    from ..check.run import (  # (deferred)
+        EXTRA_SUITES,
+        RANDOM_SUITE,
+        CheckRequest,
+        last_failed_filter,
+        parse_dtypes,
+        select_cases,
+    )
+    from ..report import exit_code, write_junit  # (deferred)
+    from .check_render import cases_markdown, show_result  # (deferred)
+    from .check_render import list_cases as show_cases  # (deferred)
+    from .repro import run_repro  # (deferred)
+
     check_format(fmt, output, json_path, force=force, inputs=[kernel], other_stdout=(
         "report" if report == "-" else None,))
     out = Output(report == "-" or stdout_is_data(fmt, output, json_path), fmt, output, force)
@@ -210,6 +215,8 @@ def _backend_specs(backend: list[str] | None, kernel: Path | None,
     """The backends asked for (every native kernel and torch if none), a kernel file
     built first (its build errors surface here, once); one that cannot run here is
     skipped with a warning."""
+    from ..backends import default_specs, parse, parse_list  # deferred: torch (seconds)
+
     specs: list[BackendSpec] = []
     if kernel is not None:
         native.load_user_kernel(kernel)
@@ -233,6 +240,9 @@ def _backend_specs(backend: list[str] | None, kernel: Path | None,
 
 
 def _run_with_progress(out: Output, req: CheckRequest, cases, keep_ids, notes) -> CheckResult:
+    from ..check.run import run_check  # deferred: torch (seconds); probe --help imports none
+    from .check_render import STATUS_STYLE  # deferred, as run_check
+
     with Progress(TextColumn("[bold]probe check[/]"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[last]}"), TimeElapsedColumn(),
                   console=out.err, transient=True) as prog:

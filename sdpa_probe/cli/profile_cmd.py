@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import typer
@@ -12,7 +13,7 @@ from .. import sandbox, tables
 from ..errors import ProbeError
 from ..limits import check_count
 from ..profile import models, report
-from ..profile.interactive import explore
+from ..profile.interactive import explore, prompt_words
 from ..profile.run import run_profile
 from ..profile.settings import settings_from_options
 from ..tables import render
@@ -28,6 +29,7 @@ from .formats import (
     json_option,
     stdout_is_data,
 )
+from .line_editing import line_editing
 from .output import Output, check_writable
 from .pass_env import PASS_ENV
 
@@ -84,6 +86,9 @@ _CHART_BY = typer.Option("op", "--chart-by",
                          help="Chart series: op (the top ops) or kind (op kinds).")
 MAX_CHART_TOP = 100
 _CHART_TOP = typer.Option(6, "--chart-top", help="Series per chart panel (1-100).")
+_ALLOCS = typer.Option(True, "--allocs/--no-allocs",
+                       help="Count a --kernel file's heap allocations per step (in a worker "
+                            "with a counting malloc, as probe bench does).")
 _INTERACTIVE = typer.Option(False, "--interactive", "-i",
                             help="A prompt loop: change model, context, attention, "
                                  "cache, threads and rerun; each table shows the "
@@ -130,12 +135,14 @@ def _explore(settings, out: Output, json_path: str | None) -> None:
     tty = sys.stdin.isatty()
 
     def read(prompt: str) -> str:
-        line = out.out.input(prompt)
-        if not tty:  # --script: show the command as a terminal would have
-            out.print(line, markup=False, highlight=False)
+        if tty:  # (readline draws the prompt itself, so that editing keeps it)
+            return input(prompt)
+        line = out.out.input(prompt)  # --script: show the command as a terminal would have
+        out.print(line, markup=False, highlight=False)
         return line
 
-    explore(settings, out, read, json_path)
+    with line_editing(prompt_words()) if tty else contextlib.nullcontext():
+        explore(settings, out, read, json_path)
 
 
 def _run_live(settings, out: Output) -> tuple[dict, list]:
@@ -166,8 +173,9 @@ def profile_command(
     seed: int = _SEED, roofline: bool = _ROOFLINE, json_path: str = _JSON, csv_path: str = _CSV,
     trace_path: str = _TRACE, live: bool = _LIVE, chart: str = _CHART,
     chart_by: str = _CHART_BY, chart_top: int = _CHART_TOP, interactive: bool = _INTERACTIVE,
-    script: bool = _SCRIPT, fmt: str = FORMAT, output: str = OUTPUT, force: bool = FORCE,
-    save_baseline: str = SAVE_BASELINE, compare: str = COMPARE, pass_env: list[str] = PASS_ENV,
+    script: bool = _SCRIPT, allocs: bool = _ALLOCS, fmt: str = FORMAT, output: str = OUTPUT,
+    force: bool = FORCE, save_baseline: str = SAVE_BASELINE, compare: str = COMPARE,
+    pass_env: list[str] = PASS_ENV,
 ) -> None:
     """Profile one transformer decode step op by op: decomposed vs fused attention."""
     sandbox.pass_env(pass_env)
@@ -189,7 +197,8 @@ def profile_command(
         dims={"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads,
               "head_dim": head_dim, "ffn": ffn},
         weights=weights, cache=cache, steps=steps, warmup=warmup, threads=threads, seed=seed,
-        capacity=cache_size, pp=pp, tg=tg, rope_style=rope, roofline=roofline)
+        capacity=cache_size, pp=pp, tg=tg, rope_style=rope, roofline=roofline,
+        user_allocs=allocs)
     out.warn_if_portable()
     if interactive:
         _explore(settings, out, json_path)

@@ -19,6 +19,7 @@ from .formats import (
     stdout_is_data,
 )
 from .output import Output
+from .progress import Activity
 
 SIZING_SCHEMA = "sdpa_probe.sizing/1"
 _STYLE = {"undersized": "red", "exact": "green", "oversized": "yellow",
@@ -104,9 +105,14 @@ def sizing_command(
     """
     check_format(fmt, output, json_path, force=force)
     out = Output(stdout_is_data(fmt, output, json_path), fmt, output, force)
-    rep = sizing.size_caches(window, chunk, sink, context, policy, kernel=kernel, layers=layers,
-                             kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, seed=seed,
-                             exhaustive=all_lengths)
+    progress = Activity("probe sizing")
+    try:
+        rep = sizing.size_caches(window, chunk, sink, context, policy, kernel=kernel,
+                                 layers=layers, kv_heads=kv_heads, head_dim=head_dim,
+                                 dtype=dtype, seed=seed, exhaustive=all_lengths,
+                                 progress=progress)
+    finally:
+        progress.close()
     doc = {"schema": SIZING_SCHEMA, "tool": dict(TOOL)} | rep.as_dict()
     if json_path:
         out.write_json(json_path, doc)

@@ -12,7 +12,7 @@ from .. import TOOL
 from ..errors import ProbeError
 from ..outputs import check_writable, dumps
 from ..tables import Col, Sheet
-from . import models, report
+from . import decode, models, report
 from .attention import resolve_attention
 from .run import run_profile
 from .settings import Settings, parse_contexts, validate
@@ -36,6 +36,13 @@ KEYS = ("model", "context", "attention", "cache", "threads", "weights", "steps")
 ALIASES = {"ctx": "context", "c": "context", "m": "model", "a": "attention", "kv": "cache",
            "t": "threads", "n": "steps", "dtype": "cache"}
 QUIT = {"quit", "q", "exit", ":q"}
+
+
+def prompt_words() -> list[str]:
+    """What Tab completes at the prompt: the commands, the settings and their named
+    values."""
+    return [*KEYS, "run", "show", "history", "save", "help", "quit", *models.PRESETS,
+            "decomposed", "fused", "user", *decode.WEIGHT_DTYPES, *decode.CACHE_DTYPES]
 
 
 def settings_view(s: Settings) -> dict:
