@@ -45,26 +45,6 @@ int64_t flash_amx_scratch_floats(int64_t R_max, int64_t D, int64_t kv_block) {
   return bytes / 4;
 }
 
-typedef struct {
-  uint16_t *qt, *kb, *vb, *pa;
-  float *st, *ot;
-  void *cfg;
-} fa_bufs;
-
-static fa_bufs fa_carve(float *amx, int64_t R_max, int64_t D, int64_t kv_block) {
-  const int64_t rows = PAD16(R_max), keys = FA_KEYS(kv_block);
-  char *p = (char *)amx;
-  fa_bufs f;
-  f.qt = (uint16_t *)p, p += rows * D * 2;
-  f.kb = (uint16_t *)p, p += keys * D * 2;
-  f.vb = (uint16_t *)p, p += keys * D * 2;
-  f.st = (float *)p, p += keys * 64;
-  f.pa = (uint16_t *)p, p += keys * 32;
-  f.ot = (float *)p, p += 64 * D;
-  f.cfg = p;
-  return f;
-}
-
 #ifndef FA_AMX
 
 int flash_amx_available(void) { return 0; }
@@ -85,6 +65,26 @@ void flash_amx_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int64
 
 #define FA_XFEATURE_XTILEDATA 18
 #define FA_ARCH_REQ_XCOMP_PERM 0x1023
+
+typedef struct {
+  uint16_t *qt, *kb, *vb, *pa;
+  float *st, *ot;
+  void *cfg;
+} fa_bufs;
+
+static fa_bufs fa_carve(float *amx, int64_t R_max, int64_t D, int64_t kv_block) {
+  const int64_t rows = PAD16(R_max), keys = FA_KEYS(kv_block);
+  char *p = (char *)amx;
+  fa_bufs f;
+  f.qt = (uint16_t *)p, p += rows * D * 2;
+  f.kb = (uint16_t *)p, p += keys * D * 2;
+  f.vb = (uint16_t *)p, p += keys * D * 2;
+  f.st = (float *)p, p += keys * 64;
+  f.pa = (uint16_t *)p, p += keys * 32;
+  f.ot = (float *)p, p += 64 * D;
+  f.cfg = p;
+  return f;
+}
 
 static pthread_once_t fa_once = PTHREAD_ONCE_INIT;
 static const char *fa_reason = "not probed";
