@@ -184,6 +184,13 @@ def builtin_kernels() -> dict[str, Kernel]:
     return out
 
 
+def flash_bf16_why() -> str | None:
+    """Why flash_bf16 refuses every call in this process (no AMX-BF16 tiles), or None."""
+    ffi, lib, _ = native_lib()
+    why = lib.sdpa_probe_flash_bf16_why()
+    return None if why == ffi.NULL else ffi.string(why).decode()
+
+
 def get_kernel(name: str) -> Kernel:
     kernels = builtin_kernels()
     if name not in kernels:
