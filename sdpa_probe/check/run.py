@@ -20,6 +20,7 @@ from ..golden import GoldenProblems, GoldenStore, default_dir, store, verify
 from ..records import Record
 from ..report import check_document
 from ..sizing import run_suite as run_cache_sizing_suite
+from ..targets.check import TargetBackend
 from .pool import WorkerPool, malloc_debug_library
 
 RANDOM_SUITE = "random"  # cases.random_cases(--seed): a new slice of the space per seed
@@ -49,7 +50,8 @@ class CheckRequest:
 
     def worker_setup(self) -> dict:
         """What each worker process starts with (the repro's too)."""
-        return {"build": dict(native._build_opts), "leak_check": self.leak_check}
+        return {"build": dict(native._build_opts), "leak_check": self.leak_check,
+                "timeout": self.timeout}
 
 
 @dataclasses.dataclass
@@ -122,8 +124,8 @@ def last_failed_filter(req: CheckRequest, cases: list[Case],
 def cache_sizing_records(specs: list[BackendSpec]) -> list[Record]:
     """The cache-sizing suite (ring / sink KV caches) through one float native kernel:
     flash if it is being checked, else the first float native kernel asked for."""
-    floats = [s.name for s in specs
-              if s.kind == "native" and "f32" in native.get_kernel(s.name).info.dtypes]
+    floats = [s.name for s in specs if s.kind == "native" and not s.target
+              and "f32" in native.get_kernel(s.name).info.dtypes]
     if not floats:
         return []
     name = "flash" if "flash" in floats else floats[0]
@@ -203,8 +205,8 @@ def backend_versions(specs: list[BackendSpec]) -> dict[str, str]:
     """What ran, by name: our kernels are this package's version, a kernel file is
     itself, torch is in the environment; a runtime is asked in a child process
     (backends.inventory: loading one can change the process that loads it)."""
-    out = {s.name: make(s).version() for s in specs
-           if s.kind != "registered" or s.name == "torch"}
+    out = {s.name: (TargetBackend(s.name).version() if s.target else make(s).version())
+           for s in specs if s.kind != "registered" or s.name == "torch"}
     runtimes = [s.name for s in specs if s.kind == "registered" and s.name != "torch"]
     if runtimes:
         versions, trouble = versions_in_child(runtimes)

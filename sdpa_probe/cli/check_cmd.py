@@ -26,6 +26,7 @@ from ..limits import check_seed
 from ..outputs import write_text
 from ..records import Record
 from ..report import exit_code, write_junit
+from ..targets.select import TARGET_HELP, on_targets
 from . import command
 from .check_render import STATUS_STYLE, show_result
 from .check_render import list_cases as show_cases
@@ -46,6 +47,7 @@ def check_command(
     kernel: Path = typer.Option(None, "--kernel",
                                 help="Your kernel: a .c, .cpp or .so implementing sdpa_forward "
                                      "(native/include/sdpa_probe.h)."),
+    target: list[str] = typer.Option(None, "--target", help=TARGET_HELP),
     k: list[str] = typer.Option(None, "-k", help="Only cases whose id contains this (repeatable)."),
     skip: list[str] = typer.Option(None, "--skip",
                                    help="Leave out cases whose id contains this (repeatable; "
@@ -131,9 +133,9 @@ def check_command(
         raise ProbeError(f"the {suite_name} suite has no golden references; drop --golden")
     if golden:  # (its manifest read now: a directory that holds no set is a usage error)
         store(golden_dir if golden_dir is not None else default_dir())
-    req = CheckRequest(_backend_specs(backend, kernel, out), suite_name, k, skip,
-                       parse_dtypes(dtype), seed, jobs, timeout, golden, golden_dir,
-                       last_failed, isolate, not no_leak_check)
+    specs = on_targets(_backend_specs(backend, kernel, out), target)
+    req = CheckRequest(specs, suite_name, k, skip, parse_dtypes(dtype), seed, jobs, timeout,
+                       golden, golden_dir, last_failed, isolate, not no_leak_check)
     out.warn_if_portable()
     if repro is not None:
         raise typer.Exit(run_repro(out, repro, req.names, save, force, timeout, seed,
