@@ -13,13 +13,14 @@ repeats."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import struct
 
 import numpy as np
 
-from ..inputs.placement import FAR_MARGIN, FAR_STRIDE, FENCES
-from ..native import _root_array
+from ..inputs.placement import FAR_MARGIN, FENCES
+from ..native import _byte_bounds, _root_array
 
 ARENA_MAGIC = 0x314B525741504453   # "SDPAWRK1"
 RESULT_MAGIC = 0x3153455241504453  # "SDPARES1"
@@ -50,44 +51,56 @@ class Writer:
 
 @dataclasses.dataclass
 class Buffer:
-    array: np.ndarray          # the whole allocation (a root array)
+    array: np.ndarray          # the allocation (a root array: input_buffers' own)
     fence: str | None = None
     is_out: bool = False
-    batches: int = 1           # (a sparse buffer's batches, far layout)
 
     @property
     def lo(self) -> int:
-        return _addr(self.array)
+        """Its first byte's address (a strided root, the far layout's, spans its gaps)."""
+        return _byte_bounds(self.array)[0]
+
+    @property
+    def size(self) -> int:
+        lo, hi = _byte_bounds(self.array)
+        return max(hi - lo, 0)
+
+    @property
+    def sparse(self) -> bool:
+        return self.size > SPARSE_OVER
 
     def segments(self) -> list[tuple[int, int]]:
-        """(offset, length) of the bytes to send: all, or a far layout's batches."""
-        n = self.array.nbytes
-        if n <= SPARSE_OVER:
-            return [(0, n)]
-        item = self.array.itemsize
-        per = n // item - (self.batches - 1) * FAR_STRIDE
+        """(offset, length) of the bytes to send: all, or each batch of a far layout's
+        buffer with the margin its mapping has either side (placement.far_empty)."""
+        if not self.sparse:
+            return [(0, self.size)]
         out = []
-        for b in range(self.batches):
-            lo = max(0, b * FAR_STRIDE * item - FAR_MARGIN)
-            hi = min(n, (b * FAR_STRIDE + per) * item + FAR_MARGIN)
-            out.append((lo, hi - lo))
+        for b in range(self.array.shape[0]):
+            blo, bhi = _byte_bounds(self.array[b])
+            lo = max(0, blo - self.lo - FAR_MARGIN)
+            out.append((lo, min(self.size, bhi - self.lo + FAR_MARGIN) - lo))
         return out
+
+    def read(self, off: int, n: int) -> bytes:
+        if not self.array.flags.c_contiguous:  # (its gaps are the harness's own mapping)
+            return ctypes.string_at(self.lo + off, n)
+        return self.array.reshape(-1).view(np.uint8)[off:off + n].tobytes()
 
 
 class Layout:
     """A case's buffers, found from the arrays the harness made (input_buffers' roots and
     each output arena), and the pointers into them."""
 
-    def __init__(self, fence: str | None, batches: int) -> None:
+    def __init__(self, fence: str | None) -> None:
         self.buffers: list[Buffer] = []
-        self.fence, self.batches = fence, batches
+        self.fence = fence
 
     def add(self, array: np.ndarray, is_out: bool = False) -> int:
         root = _root_array(array)
         for i, b in enumerate(self.buffers):
             if b.array is root:
                 return i
-        self.buffers.append(Buffer(root, self.fence, is_out, self.batches))
+        self.buffers.append(Buffer(root, self.fence, is_out))
         return len(self.buffers) - 1
 
     def where(self, address: int) -> tuple[int, int]:
@@ -95,7 +108,7 @@ class Layout:
         if address == 0:
             return -1, 0
         for i, b in enumerate(self.buffers):
-            if b.lo <= address < b.lo + max(b.array.nbytes, 1):
+            if b.lo <= address < b.lo + max(b.size, 1):
                 return i, address - b.lo
         raise ValueError(f"a pointer ({address:#x}) into no buffer the harness made")
 
@@ -139,12 +152,11 @@ def arena_bytes(mode: int, kernel_name: str, lay: Layout, calls: list[bytes], *,
     w.raw(kernel_name.encode()[:63].ljust(64, b"\0"))
     for b in lay.buffers:
         segs = b.segments()
-        w.u64(b.array.nbytes, b.lo % 64, FENCE_CODE[b.fence], b.array.itemsize, int(b.is_out),
-              len(segs), int(b.array.nbytes > SPARSE_OVER))
-        flat = b.array.reshape(-1).view(np.uint8)  # (a far layout's: only its pages read)
+        w.u64(b.size, b.lo % 64, FENCE_CODE[b.fence], b.array.itemsize, int(b.is_out),
+              len(segs), int(b.sparse))
         for off, n in segs:
             w.u64(off, n)
-            w.raw(flat[off:off + n].tobytes())
+            w.raw(b.read(off, n))
     return w.bytes() + b"".join(calls)
 
 

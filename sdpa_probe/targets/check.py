@@ -75,7 +75,7 @@ class TargetBackend:
         return self._plain(rec, case, prep, build, timeout)
 
     def _layout(self, case: Case) -> ar.Layout:
-        return ar.Layout(ar.fence_of(case.layout), case.batch)
+        return ar.Layout(ar.fence_of(case.layout))
 
     def _call(self, lay: ar.Layout, data, out: OutBuffer, invalid: str = "",
               rewrites=()) -> tuple[bytes, dict[int, str], int]:
