@@ -13,6 +13,7 @@ from sdpa_probe.backends import parse
 from sdpa_probe.cli import app
 from sdpa_probe.errors import ProbeError
 from sdpa_probe.records import repro_command
+from sdpa_probe.targets import spec
 from sdpa_probe.targets.judging import describe_fpcr
 from sdpa_probe.targets.spec import parse_target, parse_targets, split_target, why_unusable
 
@@ -126,3 +127,17 @@ def test_caller_state_crash_and_fpcr_judged_on_aarch64(tmp_path):
 def test_an_unknown_target_is_a_usage_error():
     res = runner.invoke(app, ["check", "--kernel", str(EXAMPLE_KERNEL), "--target", "mips"])
     assert res.exit_code == 2 and "unknown target 'mips'" in res.output
+
+
+def test_info_targets_says_what_to_install(monkeypatch):
+    real = spec.shutil.which  # (the tools looked up there: qemu made to miss)
+    monkeypatch.setattr(spec.shutil, "which",
+                        lambda tool: None if tool == "qemu-aarch64" else real(tool))
+    res = runner.invoke(app, ["info", "--targets", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["target"]: r for r in json.loads(res.output)["targets"]}
+    assert rows["host"]["usable"]
+    assert not rows["aarch64-sve512"]["usable"]
+    assert rows["aarch64-sve512"]["install"] == "apt-get install qemu-user"
+    res = runner.invoke(app, ["check", "--kernel", str(EXAMPLE_KERNEL), "--target", "aarch64"])
+    assert res.exit_code == 2 and "apt-get install qemu-user" in res.output

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shutil
+import subprocess
 
 from ..errors import ProbeError
 
@@ -126,3 +127,35 @@ def why_unusable(target: Target) -> str | None:
         return None
     return (f"target {target.name} needs {' and '.join(missing)}, not found on PATH "
             f"({install_hint(missing)})")
+
+
+def _tool_version(tool: str) -> str:
+    """The first line a tool says of its version ("" if it cannot say)."""
+    try:
+        out = subprocess.run([tool, "--version"] if tool != "ssh" else [tool, "-V"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return ((out.stdout or out.stderr).splitlines() or [""])[0].strip()
+
+
+def target_report() -> list[dict]:
+    """Every kind of target: usable here or not, what it needs, the apt-get line for
+    what is missing (probe info --targets)."""
+    rows = []
+    for name in ("host", "aarch64", *(f"aarch64-sve{b}" for b in SVE_BITS),
+                 "ssh://[user@]host[:port]"):
+        t = parse_target("ssh://device") if name.startswith("ssh") else parse_target(name)
+        needs = {"qemu": [CROSS_CC, QEMU], "ssh": ["ssh"]}.get(t.kind, [])
+        missing = missing_tools(t)
+        rows.append({"target": name, "usable": not missing,
+                     "needs": {tool: _tool_version(tool) if tool not in missing else None
+                               for tool in needs},
+                     "install": install_hint(missing) if missing else None,
+                     "runs": _RUNS[t.kind] + (f" -cpu {t.qemu_cpu()}" if t.kind == "qemu"
+                                              else "")})
+    return rows
+
+
+_RUNS = {"host": "this CPU", "qemu": "qemu-aarch64",
+         "ssh": "the device (an aarch64 one's worker is built with the cross compiler)"}
