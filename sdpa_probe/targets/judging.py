@@ -61,7 +61,7 @@ _NO_PROCESSES = caller_processes.ProcessState(frozenset(), (None, None, None))
 
 def _caller(state: State):
     ffi = native_lib()[0]
-    if len(state.raw) < ffi.sizeof("sdpa_probe_caller_state"):
+    if len(state.raw) != ffi.sizeof("sdpa_probe_caller_state"):
         return None  # (a target whose struct is laid out otherwise: not compared)
     raw = ffi.new("sdpa_probe_caller_state *")
     ffi.memmove(raw, state.raw, ffi.sizeof("sdpa_probe_caller_state"))
