@@ -157,7 +157,8 @@ class TargetBackend:
             new = prepare_case(dataclasses.replace(case, seed=case.seed + OTHER_INPUTS_SEED_STEP))
             fresh = input_buffers(new.data)
             rewrites = [(i, fresh[name]) for i, name in names.items()]
-            calls.append(self._call(lay, prep.data, out_buffer(case), rewrites=rewrites)[0])
+            # (the same output buffer: the worker poisons it again before the second call)
+            calls.append(self._call(lay, prep.data, out, rewrites=rewrites)[0])
         mode = ar.MODE_REUSE if case.reuse else ar.MODE_SINGLE
         arena = ar.arena_bytes(mode, self.base, lay, calls, stack_kib=case.stack_kib,
                                repeats=self.leak_check and not case.reuse)
