@@ -139,14 +139,18 @@ def default_specs() -> list[BackendSpec]:
 
 def worker_groups(specs: list[BackendSpec]) -> list[list[str]]:
     """The backends' names in the groups that share worker processes, in order: our
-    kernels, kernel files and torch in one; each runtime's module in one of its own. A
+    kernels, kernel files and torch in one; each runtime's module in one of its own, and
+    each target other than the host. A
     runtime's thread pools, allocator and state stay out of the processes that judge
     other backends (a pool that spins after its call reads as the threads of the next
     kernel the worker calls), and a runtime that aborts takes none of them down."""
     groups: dict[str, list[str]] = {}
     for s in specs:
         own = s.kind == "registered" and s.name != "torch"
-        groups.setdefault(REGISTERED[s.name].__module__ if own else "", []).append(s.name)
+        # (a target's cases wait on another CPU, emulated or remote: a pool of their own,
+        # with its own timeout)
+        key = REGISTERED[s.name].__module__ if own else f"@{s.target}" if s.target else ""
+        groups.setdefault(key, []).append(s.name)
     return list(groups.values())
 
 

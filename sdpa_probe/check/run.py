@@ -21,6 +21,7 @@ from ..records import Record
 from ..report import check_document
 from ..sizing import run_suite as run_cache_sizing_suite
 from ..targets.check import TargetBackend
+from ..targets.spec import timeout_factor
 from .pool import WorkerPool, malloc_debug_library
 
 RANDOM_SUITE = "random"  # cases.random_cases(--seed): a new slice of the space per seed
@@ -181,7 +182,8 @@ def run_check(req: CheckRequest, cases: list[Case],
         if golden is not None:
             setup["golden"] = str(golden.root.resolve())
         for names in worker_groups(req.specs):  # (one pool each: registry.worker_groups)
-            WorkerPool(jobs=req.jobs, timeout=req.timeout, setup=setup,
+            timeout = req.timeout * timeout_factor(names)  # (emulated: slower)
+            WorkerPool(jobs=req.jobs, timeout=timeout, setup={**setup, "timeout": timeout},
                        fresh_per_job=req.isolate).run([(c, names) for c in cases], collect)
     if runs_cache_sizing(req):
         # -k, --skip (and --last-failed) filter these records by id too
