@@ -10,6 +10,7 @@ from conftest import EXAMPLE_KERNEL, REPO
 from typer.testing import CliRunner
 
 from sdpa_probe.backends import parse
+from sdpa_probe.backends.registry import worker_groups
 from sdpa_probe.cli import app
 from sdpa_probe.errors import ProbeError
 from sdpa_probe.records import repro_command
@@ -141,3 +142,12 @@ def test_info_targets_says_what_to_install(monkeypatch):
     assert rows["aarch64-sve512"]["install"] == "apt-get install qemu-user"
     res = runner.invoke(app, ["check", "--kernel", str(EXAMPLE_KERNEL), "--target", "aarch64"])
     assert res.exit_code == 2 and "apt-get install qemu-user" in res.output
+
+
+def test_each_target_has_its_pool_and_qemu_its_longer_timeout():
+    specs = [parse(n) for n in ("flash", "torch", "flash@aarch64", "flash@aarch64-sve256",
+                                "decomposed@aarch64")]
+    assert worker_groups(specs) == [["flash", "torch"], ["flash@aarch64", "decomposed@aarch64"],
+                                    ["flash@aarch64-sve256"]]
+    assert spec.timeout_factor(["flash"]) == 1.0
+    assert spec.timeout_factor(["flash", "flash@aarch64-sve256"]) == spec.QEMU_SLOWDOWN
