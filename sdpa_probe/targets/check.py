@@ -28,7 +28,7 @@ from ..records import Record, base_record
 from . import arena as ar
 from .build import WorkerBuild, arch_of, build_worker
 from .judging import caller_changes, describe_fp, fill_output, growth, leak_reason
-from .remote import Outcome, run_worker, ssh_session
+from .remote import Outcome, run_worker, ssh_link
 from .spec import parse_target, split_target
 
 
@@ -49,7 +49,7 @@ class TargetBackend:
     def build(self) -> WorkerBuild:
         """The worker for this target (an ssh device asked its machine first)."""
         if self._build is None:
-            machine = ssh_session(self.target).uname() if self.target.kind == "ssh" else ""
+            machine = ssh_link(self.target).uname() if self.target.kind == "ssh" else ""
             self._build = build_worker(arch_of(self.target, machine), self.kernel_path)
         return self._build
 

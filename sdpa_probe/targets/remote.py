@@ -68,7 +68,7 @@ def run_qemu(target: Target, build: WorkerBuild, arena: bytes, timeout: float) -
     return _judge_exit(proc.returncode, proc.stdout, proc.stderr)
 
 
-class SshSession:
+class SshLink:
     """One device's connection for this process: a control master ssh keeps open, the
     device's `uname -m`, and the workers already copied there."""
 
@@ -156,30 +156,30 @@ class SshSession:
         self.dir.cleanup()
 
 
-_sessions: dict[str, SshSession] = {}
+_links: dict[str, SshLink] = {}
 
 
-def close_sessions() -> None:
-    for session in _sessions.values():
-        session.close()
-    _sessions.clear()
+def close_links() -> None:
+    for link in _links.values():
+        link.close()
+    _links.clear()
 
 
-def ssh_session(target: Target) -> SshSession:
-    if target.name not in _sessions:
-        if not _sessions:
-            atexit.register(close_sessions)
-        _sessions[target.name] = SshSession(target)
-    return _sessions[target.name]
+def ssh_link(target: Target) -> SshLink:
+    if target.name not in _links:
+        if not _links:
+            atexit.register(close_links)
+        _links[target.name] = SshLink(target)
+    return _links[target.name]
 
 
 def run_worker(target: Target, build: WorkerBuild, arena: bytes, timeout: float) -> Outcome:
     """The worker's outcome on `target` for one arena."""
     if target.kind == "qemu":
         return run_qemu(target, build, arena, timeout)
-    session = ssh_session(target)
+    link = ssh_link(target)
     try:
-        session.ensure_copied(build)
+        link.ensure_copied(build)
     except (ConnectionError, subprocess.TimeoutExpired) as exc:
         return Outcome("lost", said=str(exc))
-    return session.run_worker(build, arena, timeout)
+    return link.run_worker(build, arena, timeout)
