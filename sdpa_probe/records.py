@@ -9,6 +9,7 @@ from typing import Any
 
 from .backends.registry import is_kernel_file
 from .cases import Case
+from .targets.spec import split_target
 
 STATUSES = ("pass", "fail", "crash", "timeout", "unsupported", "error")
 FAILING = ("fail", "crash", "timeout", "error")
@@ -16,6 +17,10 @@ FAILING = ("fail", "crash", "timeout", "error")
 
 def repro_command(backend: str, case_id: str, after: str | None = None) -> str:
     then = f" --after {after}" if after else ""
+    base, target = split_target(backend)
+    if target:  # (a target's worker runs whole cases: the case picked by -k)
+        what = f"--kernel {base}" if is_kernel_file(base) else f"--backend {base}"
+        return f"probe check {what} --target {target} -k {case_id}"
     if is_kernel_file(backend):
         return f"probe check --kernel {backend} --repro {case_id}{then}"
     return f"probe check --repro {case_id} --backend {backend}{then}"

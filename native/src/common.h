@@ -23,6 +23,28 @@ typedef float v8fu __attribute__((vector_size(32), aligned(4), may_alias));
 #define SDPA_INLINE static inline __attribute__((always_inline))
 #define SDPA_RESTRICT __restrict__
 
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#include <arm_neon.h>
+/* AArch64's NEON path: an 8-lane vector is two 128-bit registers, lanes 0-3 and 4-7. */
+#define SDPA_HAVE_NEON 1
+SDPA_INLINE v8f sdpa_v8f_halves(float32x4_t lo, float32x4_t hi) {
+  v8f r;
+  memcpy(&r, &lo, 16);
+  memcpy((char *)&r + 16, &hi, 16);
+  return r;
+}
+SDPA_INLINE float32x4_t sdpa_v8f_lo(v8f x) {
+  float32x4_t r;
+  memcpy(&r, &x, 16);
+  return r;
+}
+SDPA_INLINE float32x4_t sdpa_v8f_hi(v8f x) {
+  float32x4_t r;
+  memcpy(&r, (const char *)&x + 16, 16);
+  return r;
+}
+#endif
+
 SDPA_INLINE v8f v8f_load(const float *p) { return *(const v8fu *)p; }
 SDPA_INLINE void v8f_store(float *p, v8f x) { *(v8fu *)p = x; }
 SDPA_INLINE v8f v8f_set1(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
@@ -165,6 +187,22 @@ SDPA_INLINE v8f sdpa_ld8(const char *p, const int DT, v8i zp) {
   }
   __m256i x = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
   return (v8f)_mm256_cvtepi32_ps(_mm256_sub_epi32(x, (__m256i)zp));
+#elif defined(SDPA_HAVE_NEON)
+  if (DT == SDPA_F16) { /* FCVTL / FCVTL2: exact, subnormals and NaN kept */
+    float16x8_t h = vreinterpretq_f16_u16(vld1q_u16((const uint16_t *)p));
+    return sdpa_v8f_halves(vcvt_f32_f16(vget_low_f16(h)), vcvt_high_f32_f16(h));
+  }
+  if (DT == SDPA_BF16) { /* a BF16 is the top half of its F32 */
+    uint16x8_t x = vld1q_u16((const uint16_t *)p);
+    return sdpa_v8f_halves(vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(x), 16)),
+                           vreinterpretq_f32_u32(vshll_high_n_u16(x, 16)));
+  }
+  int16x8_t w = vmovl_s8(vld1_s8((const int8_t *)p));
+  int32x4_t zlo, zhi;
+  memcpy(&zlo, &zp, 16);
+  memcpy(&zhi, (const char *)&zp + 16, 16);
+  return sdpa_v8f_halves(vcvtq_f32_s32(vsubq_s32(vmovl_s16(vget_low_s16(w)), zlo)),
+                         vcvtq_f32_s32(vsubq_s32(vmovl_high_s16(w), zhi)));
 #else
   v8f r;
   for (int i = 0; i < 8; i++) {
@@ -209,6 +247,13 @@ SDPA_INLINE void sdpa_load_row(const void *base, int32_t dtype, int64_t off, int
       if (stride == 1)
         for (; d + 8 <= n; d += 8)
           _mm256_storeu_ps(dst + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + d))));
+#elif defined(SDPA_HAVE_NEON)
+      if (stride == 1)
+        for (; d + 8 <= n; d += 8) {
+          float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(p + d));
+          vst1q_f32(dst + d, vcvt_f32_f16(vget_low_f16(h)));
+          vst1q_f32(dst + d + 4, vcvt_high_f32_f16(h));
+        }
 #endif
       for (; d < n; d++) dst[d] = sdpa_f16_to_f32(p[d * stride]);
       break;

@@ -1,6 +1,9 @@
 /* 8-lane vector helpers of flash_core's fast path: FMA, max, horizontal
  * reductions of score accumulators, the softmax's exp, an 8 x 8 transpose. With
- * AVX2 + FMA + F16C (FC_X86) they are intrinsics, elsewhere GCC vector code. */
+ * AVX2 + FMA + F16C (FC_X86) they are intrinsics; on AArch64 the reductions (the
+ * scores of a decode step's keys, the softmax's max and sum) are NEON's pairwise and
+ * across-lane instructions (SDPA_HAVE_NEON) and the F16 / BF16 / int8 loads common.h's;
+ * elsewhere GCC vector code. */
 #ifndef SDPA_PROBE_FLASH_VEC_H
 #define SDPA_PROBE_FLASH_VEC_H
 
@@ -30,9 +33,17 @@ SDPA_INLINE v8f fc_max(v8f a, v8f b) {
 #ifndef FC_X86
 /* Lane i of the result is the sum of the lanes of a[i]. */
 SDPA_INLINE v8f fc_hsum8(const v8f *a) {
+#ifdef SDPA_HAVE_NEON
+  float32x4_t s[8];
+  for (int i = 0; i < 8; i++) s[i] = vaddq_f32(sdpa_v8f_lo(a[i]), sdpa_v8f_hi(a[i]));
+  float32x4_t lo = vpaddq_f32(vpaddq_f32(s[0], s[1]), vpaddq_f32(s[2], s[3]));
+  float32x4_t hi = vpaddq_f32(vpaddq_f32(s[4], s[5]), vpaddq_f32(s[6], s[7]));
+  return sdpa_v8f_halves(lo, hi);
+#else
   v8f r;
   for (int i = 0; i < 8; i++) r[i] = v8f_hsum(a[i]);
   return r;
+#endif
 }
 #endif
 
@@ -177,6 +188,8 @@ SDPA_INLINE float fc_hmax(v8f v) {
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
   m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
   return _mm_cvtss_f32(m4);
+#elif defined(SDPA_HAVE_NEON)
+  return vmaxvq_f32(vmaxq_f32(sdpa_v8f_lo(v), sdpa_v8f_hi(v)));
 #else
   return v8f_hmax(v);
 #endif
@@ -188,6 +201,8 @@ SDPA_INLINE float fc_hsum(v8f v) {
   s4 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
   return _mm_cvtss_f32(s4);
+#elif defined(SDPA_HAVE_NEON)
+  return vaddvq_f32(vaddq_f32(sdpa_v8f_lo(v), sdpa_v8f_hi(v)));
 #else
   return v8f_hsum(v);
 #endif
@@ -196,6 +211,11 @@ SDPA_INLINE float fc_hsum(v8f v) {
 SDPA_INLINE int fc_any(v8i m) {
 #ifdef FC_X86
   return _mm256_movemask_ps((__m256)m) != 0;
+#elif defined(SDPA_HAVE_NEON)
+  uint32x4_t lo, hi;
+  memcpy(&lo, &m, 16);
+  memcpy(&hi, (const char *)&m + 16, 16);
+  return vmaxvq_u32(vorrq_u32(lo, hi)) != 0;
 #else
   int any = 0;
   for (int i = 0; i < 8; i++) any |= m[i] != 0;

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .. import native
 from ..errors import ProbeError
+from ..targets.spec import parse_target, split_target, why_unusable, with_target
 from .executorch import ExecutorchBackend
 from .ggml_attention import GgmlBackend, GgmlNofaBackend
 from .native_kernel import NativeBackend
@@ -50,21 +51,42 @@ class BackendSpec:
     reports call it (and what parse() reads back: a file's path as given)."""
 
     kind: str
-    name: str
+    name: str  # (on a target other than the host: name@target, targets/spec.py)
+
+    @property
+    def base(self) -> str:
+        """The name without its target."""
+        return split_target(self.name)[0]
+
+    @property
+    def target(self) -> str:
+        """Where it runs: "" on the host, else a target's name (aarch64, ssh://...)."""
+        return split_target(self.name)[1]
 
     @property
     def path(self) -> Path | None:
-        return Path(self.name) if self.kind == "file" else None
+        return Path(self.base) if self.kind == "file" else None
 
     @property
     def label(self) -> str:
-        """A short name for a table column: a kernel file's name without its folders."""
-        return Path(self.name).name if self.kind == "file" else self.name
+        """A short name for a table column: a kernel file's name without its folders
+        (and its target after an @)."""
+        short = Path(self.base).name if self.kind == "file" else self.base
+        return f"{short}@{self.target}" if self.target else short
 
     def why_unavailable(self) -> str | None:
         if self.kind == "registered":
             return REGISTERED[self.name].why_unavailable()
+        if self.target:
+            return why_unusable(parse_target(self.target)) or NativeBackend.why_unavailable()
         return NativeBackend.why_unavailable()
+
+    def on(self, target) -> BackendSpec:
+        """This backend on a target (a targets.spec.Target); the host keeps it as it is."""
+        if self.kind == "registered" and not target.is_host:
+            raise ProbeError(f"--target {target.name}: {self.name} is a runtime on this host; "
+                             "our kernels and kernel files run on other targets")
+        return BackendSpec(self.kind, with_target(self.base, target))
 
 
 def is_kernel_file(text: str) -> bool:
@@ -79,6 +101,9 @@ def parse(text: str, what: str = "backend") -> BackendSpec:
     """One backend name as the user (or a record) wrote it; ProbeError if unknown
     (`what` names it in the error: a command that takes a kernel says kernel)."""
     text = text.strip()
+    base, target = split_target(text)
+    if target:  # name@target: the backend, then the target
+        return parse(base, what).on(parse_target(target))
     if is_kernel_file(text):
         return BackendSpec("file", text.removeprefix(_LEGACY_FILE_PREFIX))
     if text in REGISTERED:
@@ -115,14 +140,18 @@ def default_specs() -> list[BackendSpec]:
 
 def worker_groups(specs: list[BackendSpec]) -> list[list[str]]:
     """The backends' names in the groups that share worker processes, in order: our
-    kernels, kernel files and torch in one; each runtime's module in one of its own. A
+    kernels, kernel files and torch in one; each runtime's module in one of its own, and
+    each target other than the host. A
     runtime's thread pools, allocator and state stay out of the processes that judge
     other backends (a pool that spins after its call reads as the threads of the next
     kernel the worker calls), and a runtime that aborts takes none of them down."""
     groups: dict[str, list[str]] = {}
     for s in specs:
         own = s.kind == "registered" and s.name != "torch"
-        groups.setdefault(REGISTERED[s.name].__module__ if own else "", []).append(s.name)
+        # (a target's cases wait on another CPU, emulated or remote: a pool of their own,
+        # with its own timeout)
+        key = REGISTERED[s.name].__module__ if own else f"@{s.target}" if s.target else ""
+        groups.setdefault(key, []).append(s.name)
     return list(groups.values())
 
 
@@ -130,6 +159,8 @@ def make(spec: BackendSpec | str):
     """The backend object for a spec (or a name, parsed)."""
     if isinstance(spec, str):
         spec = parse(spec)
+    if spec.target:  # (targets/check.py's TargetBackend: made by check's workers)
+        raise ProbeError(f"{spec.name}: a backend on {spec.target} runs through probe check")
     if spec.kind == "registered":
         return REGISTERED[spec.name]()
     if spec.kind == "file":

@@ -22,6 +22,8 @@ from ..id_filter import compile_filter
 from ..records import FAILING, Record
 from ..report import check_document
 from ..sizing import run_suite as run_cache_sizing_suite
+from ..targets.check import TargetBackend
+from ..targets.spec import timeout_factor
 from .pool import WorkerPool, malloc_debug_library
 
 RANDOM_SUITE = "random"  # cases.random_cases(--seed): a new slice of the space per seed
@@ -52,7 +54,8 @@ class CheckRequest:
 
     def worker_setup(self) -> dict:
         """What each worker process starts with (the repro's too)."""
-        return {"build": dict(native._build_opts), "leak_check": self.leak_check}
+        return {"build": dict(native._build_opts), "leak_check": self.leak_check,
+                "timeout": self.timeout}
 
 
 @dataclasses.dataclass
@@ -132,8 +135,8 @@ def last_failed_filter(req: CheckRequest, cases: list[Case],
 def cache_sizing_records(specs: list[BackendSpec]) -> list[Record]:
     """The cache-sizing suite (ring / sink KV caches) through one float native kernel:
     flash if it is being checked, else the first float native kernel asked for."""
-    floats = [s.name for s in specs
-              if s.kind == "native" and "f32" in native.get_kernel(s.name).info.dtypes]
+    floats = [s.name for s in specs if s.kind == "native" and not s.target
+              and "f32" in native.get_kernel(s.name).info.dtypes]
     if not floats:
         return []
     name = "flash" if "flash" in floats else floats[0]
@@ -192,7 +195,8 @@ def run_check(req: CheckRequest, cases: list[Case],
         if golden is not None:
             setup["golden"] = str(golden.root.resolve())
         for names in worker_groups(req.specs):  # (one pool each: registry.worker_groups)
-            WorkerPool(jobs=req.jobs, timeout=req.timeout, setup=setup,
+            timeout = req.timeout * timeout_factor(names)  # (emulated: slower)
+            WorkerPool(jobs=req.jobs, timeout=timeout, setup={**setup, "timeout": timeout},
                        fresh_per_job=req.isolate).run([(c, names) for c in cases], collect,
                                                       stop)
     if stop():
@@ -221,8 +225,8 @@ def backend_versions(specs: list[BackendSpec]) -> dict[str, str]:
     """What ran, by name: our kernels are this package's version, a kernel file is
     itself, torch is in the environment; a runtime is asked in a child process
     (backends.inventory: loading one can change the process that loads it)."""
-    out = {s.name: make(s).version() for s in specs
-           if s.kind != "registered" or s.name == "torch"}
+    out = {s.name: (TargetBackend(s.name).version() if s.target else make(s).version())
+           for s in specs if s.kind != "registered" or s.name == "torch"}
     runtimes = [s.name for s in specs if s.kind == "registered" and s.name != "torch"]
     if runtimes:
         versions, trouble = versions_in_child(runtimes)

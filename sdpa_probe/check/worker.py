@@ -15,6 +15,8 @@ from ..judge import repeat
 from ..judge.fresh_inputs import retry_on_fresh_inputs
 from ..native import configure
 from ..records import base_record
+from ..targets.check import TargetBackend
+from ..targets.spec import split_target
 from .calls import prepare_case, run_one
 
 
@@ -81,6 +83,12 @@ def _serve(conn, setup: dict, limits: sandbox.Limits | None) -> None:
             if limits is not None:
                 sandbox.allow_cpu(limits)
             try:
+                if split_target(name)[1]:  # (another CPU: the native worker runs the case)
+                    if name not in backends:
+                        backends[name] = TargetBackend(name, repeat.LEAK_CHECK)
+                    conn.send(("rec", backends[name].check_case(
+                        case, prep, setup.get("timeout", 60.0))))
+                    continue
                 if name not in backends:
                     backends[name] = make(name)
                 rec = run_one(backends[name], case, prep)

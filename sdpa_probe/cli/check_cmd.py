@@ -15,6 +15,7 @@ from ..golden import default_dir, store
 from ..id_filter import compile_filter
 from ..limits import check_seed
 from ..outputs import write_text
+from ..targets.spec import TARGET_HELP
 from . import command
 from .formats import (
     FORMAT,
@@ -47,6 +48,7 @@ def check_command(
     kernel: Path = typer.Option(None, "--kernel",
                                 help="Your kernel: a .c, .cpp or .so implementing sdpa_forward "
                                      "(native/include/sdpa_probe.h)."),
+    target: list[str] = typer.Option(None, "--target", help=TARGET_HELP),
     k: list[str] = typer.Option(None, "-k", metavar="EXPRESSION",
                                 help="Only cases whose id matches, as pytest's -k: words "
                                      "matched in the id, with and, or, not and parentheses "
@@ -134,6 +136,7 @@ def check_command(
         select_cases,
     )
     from ..report import exit_code, write_junit  # (deferred)
+    from ..targets.select import on_targets  # (deferred)
     from .check_render import cases_markdown, show_result  # (deferred)
     from .check_render import list_cases as show_cases  # (deferred)
     from .repro import run_repro  # (deferred)
@@ -157,7 +160,8 @@ def check_command(
         raise ProbeError(f"the {suite_name} suite has no golden references; drop --golden")
     if golden:  # (its manifest read now: a directory that holds no set is a usage error)
         store(golden_dir if golden_dir is not None else default_dir())
-    req = CheckRequest(_backend_specs(backend, kernel, out), suite_name, k, skip,
+    specs = on_targets(_backend_specs(backend, kernel, out), target)
+    req = CheckRequest(specs, suite_name, k, skip,
                        parse_dtypes(dtype), seed, jobs, timeout, golden, golden_dir,
                        last_failed, isolate, not no_leak_check,
                        maxfail=1 if exitfirst and not maxfail else maxfail)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .. import host_load, machine, native
+from ..targets.spec import target_report
 from . import command
 from .output import Output, human_bytes
 
@@ -85,6 +87,9 @@ def info_command(
     json_out: bool = typer.Option(False, "--json", help="Print machine and roofline as JSON."),
     refresh: bool = typer.Option(False, "--refresh",
                                  help="Re-measure the roofline instead of using the cache."),
+    targets: bool = typer.Option(False, "--targets",
+                                 help="Which `probe check --target` targets this machine can "
+                                      "run, and what to install for the others."),
 ) -> None:
     """Describe this machine and its measured roofline (memory bandwidth, peak FMA).
 
@@ -92,6 +97,9 @@ def info_command(
     and cached; later runs and `probe profile` / `probe bench` reuse it.
     """
     out = Output(json_out)
+    if targets:
+        show_targets(out, json_out)
+        return
     native.native_lib()  # may compile it on first use (with its own progress line)
     with out.err.status("probe info: describing the machine") as status:
         desc = machine.describe()
@@ -119,4 +127,24 @@ def _load_warnings(out: Output, roof: dict) -> None:
         out.warn(f"the machine was busy while measuring ({host_load.describe(roof['load'])}): "
                  "the figures may be low, and are not cached as this machine's; a later run "
                  "measures again once the machine is quiet (probe info --refresh: now)")
+
+
+def show_targets(out: Output, json_out: bool) -> None:
+    """probe info --targets: each target, usable or what to apt-get install."""
+    rows = target_report()
+    if json_out:
+        out.emit_json({"targets": rows})
+        return
+    t = Table(title="targets (probe check --target)", title_justify="left")
+    for col in ("target", "usable", "runs", "needs"):
+        t.add_column(col, style="bold" if col == "target" else None)
+    for r in rows:
+        needs = ", ".join(tool if v else f"{tool} [red](missing)[/]"
+                          for tool, v in r["needs"].items()) or "-"
+        usable = "[green]yes[/]" if r["usable"] else f"[red]no[/]: {r['install']}"
+        t.add_row(escape(r["target"]), usable, r["runs"], needs)
+    out.print(t)
+    missing = [r for r in rows if not r["usable"]]
+    if missing:
+        out.print(f"to enable the others: {missing[0]['install']} (docs/targets.md)")
 

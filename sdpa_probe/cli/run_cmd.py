@@ -64,12 +64,16 @@ def run_command(
                                help="Timed calls after a warm-up."),
     seed: int = typer.Option(0, "--seed"),
     json_out: bool = typer.Option(False, "--json"),
+    target: str = typer.Option("host", "--target",
+                               help="Where it runs (probe check --target's forms): off the "
+                                    "host it is checked, not timed."),
     pass_env: list[str] = PASS_ENV,
 ) -> None:
     """Run one kernel on one shape: check it against the oracle (in a worker process,
     so a crash is reported) and time it."""
     from ..backends import parse  # deferred: torch (seconds); probe --help imports none
     from ..check.single import check_and_time  # deferred, as parse
+    from ..targets.select import on_targets  # deferred, as parse
 
     out = Output(json_out)
     sandbox.pass_env(pass_env)
@@ -81,6 +85,7 @@ def run_command(
         if spec.kind != "native":
             raise ProbeError(f"{kernel}: probe run takes one of our kernels (probe kernels), "
                              "or your kernel file with --kernel FILE")
+    spec = on_targets([spec], [target])[0]
     case = shape_case(batch, heads, kv_heads, q_len, kv_len, head_dim, dtype, causal,
                       start_pos, threads, seed, q_dtype)
     rec = result = check_and_time(spec, case, repeat)
