@@ -20,7 +20,7 @@ import struct
 import numpy as np
 
 from ..inputs.placement import FAR_MARGIN, FENCES
-from ..native import _byte_bounds, _root_array
+from ..native import _root_array, byte_bounds
 
 ARENA_MAGIC = 0x314B525741504453   # "SDPAWRK1"
 RESULT_MAGIC = 0x3153455241504453  # "SDPARES1"
@@ -58,11 +58,11 @@ class Buffer:
     @property
     def lo(self) -> int:
         """Its first byte's address (a strided root, the far layout's, spans its gaps)."""
-        return _byte_bounds(self.array)[0]
+        return byte_bounds(self.array)[0]
 
     @property
     def size(self) -> int:
-        lo, hi = _byte_bounds(self.array)
+        lo, hi = byte_bounds(self.array)
         return max(hi - lo, 0)
 
     @property
@@ -76,7 +76,7 @@ class Buffer:
             return [(0, self.size)]
         out = []
         for b in range(self.array.shape[0]):
-            blo, bhi = _byte_bounds(self.array[b])
+            blo, bhi = byte_bounds(self.array[b])
             lo = max(0, blo - self.lo - FAR_MARGIN)
             out.append((lo, min(self.size, bhi - self.lo + FAR_MARGIN) - lo))
         return out
