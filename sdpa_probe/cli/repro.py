@@ -13,6 +13,7 @@ from rich.text import Text
 
 from .. import tables
 from ..check.repro import Repro, reproduce
+from ..records import diagnosis_lines
 from ..tables import Col, Sheet
 from .formats import deliver
 from .output import Output
@@ -76,6 +77,10 @@ def show_repro(out: Output, rep: Repro) -> None:
     for r in rep.records:
         out.print(f"[bold]{r.backend}[/] on [bold]{rep.case.id}[/]: {r.status}"
                   + (f" - {r.reason}" if r.reason else ""))
+        if r.status != "pass":
+            out.print(Text(f"case: {r.case_in_words}", style="dim"))
+        for line in diagnosis_lines(r.diagnosis):
+            out.print(Text(f"diagnosis: {line}", style="cyan"))
         d = rep.details.get(r.backend)
         if d is None:
             continue
