@@ -96,7 +96,7 @@ def diagnosis_lines(diag: dict | None) -> list[str]:
     if not diag["matches"] and diag["tried"]:
         lines.append(f"none of {len(diag['tried'])} nearby semantics matches your output "
                      "(docs/check.md, \"Reading a failure\")")
-    lines += [f"NaN: {x}" for x in diag["nan"]]
+    lines += diag["nan"]
     if diag["note"]:
         lines.append(diag["note"])
     return lines

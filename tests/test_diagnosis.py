@@ -54,6 +54,18 @@ SINGLE_POINT_BUGS = {
 }
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """torch on one thread, as in a check worker: the oracles are small, and threads only
+    contend on a shared machine."""
+    import torch  # (only this fixture sets its threads)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _kernel(tmp_path, name: str, find: str, replace: str) -> NativeBackend:
     assert find in SRC, name
     path = tmp_path / (name.replace("/", "-") + ".c")
