@@ -206,14 +206,17 @@ endif
 run: driver
 \t./driver
 
-driver: driver.c case.h sdpa_probe.h $(KOBJ)
-\t$(LINK) $(FLAGS) -x c driver.c -x none $(KOBJ) -o driver $(LDLIBS)
+driver: driver.o $(KOBJ)
+\t$(LINK) $(FLAGS) driver.o $(KOBJ) -o driver $(LDLIBS)
+
+driver.o: driver.c case.h sdpa_probe.h
+\t$(CC) $(FLAGS) -c driver.c -o driver.o
 
 kernel.o: $(KERNEL) sdpa_probe.h
 \t$(KCOMPILE) -c $(KERNEL) -o kernel.o
 
 clean:
-\trm -f driver kernel.o
+\trm -f driver driver.o kernel.o
 
 .PHONY: run clean
 """

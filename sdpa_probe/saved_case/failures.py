@@ -14,17 +14,17 @@ SAVE_MAX_CASES = 8
 
 
 def save_failures(directory: Path, records: list[Record], cases: list[Case],
-                  kernel: str | None) -> tuple[list[Path], int]:
+                  kernel: str | None, kernel_backend: str | None) -> tuple[list[Path], int]:
     """(the directories written, the failing cases left unsaved past the cap). A case
     failing on several backends is saved once; its Makefile builds `kernel` (your
-    --kernel file; none: `make KERNEL=...`)."""
+    --kernel file, whose records are `kernel_backend`'s; none: `make KERNEL=...`)."""
     by_id = {c.id: c for c in cases}
     failing: dict[str, Record] = {}
     for r in records:
         case = by_id.get(r.case)
         if r.status in FAILING and case is not None and case.needs_reference:
-            if kernel is None or r.backend == kernel or r.case not in failing:
-                failing.setdefault(r.case, r)
+            if r.case not in failing or r.backend == kernel_backend:
+                failing[r.case] = r
     saved = []
     for case_id, rec in list(failing.items())[:SAVE_MAX_CASES]:
         case = by_id[case_id]
