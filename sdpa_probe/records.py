@@ -93,7 +93,12 @@ def diagnosis_lines(diag: dict | None) -> list[str]:
     if not diag:
         return []
     lines = [m["says"] for m in diag["matches"]]
-    if not diag["matches"] and diag["tried"]:
+    weak = diag.get("nan_only") or []
+    if not diag["matches"] and weak:
+        lines.append("your output is NaN/Inf exactly where these would read a NaN, and has no "
+                     "finite element to tell them apart: "
+                     + "; ".join(f"{w['hypothesis']} ({w['meaning']})" for w in weak))
+    elif not diag["matches"] and diag["tried"]:
         lines.append(f"none of {len(diag['tried'])} nearby semantics matches your output "
                      "(docs/check.md, \"Reading a failure\")")
     lines += diag["nan"]

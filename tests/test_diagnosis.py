@@ -34,9 +34,6 @@ CAUSAL_LINE = "if (a->is_causal && a->start_pos + i + 1 < n) n = a->start_pos + 
 # bug -> ((find, replace) in the example kernel, a case that shows it, the hypothesis)
 SINGLE_POINT_BUGS = {
     "top-left-causal": (BUGS["ignore-start-pos"], DECODE, "start-pos-zero"),
-    "start-pos-not-read": (
-        (CAUSAL_LINE, "if (a->is_causal && kv - a->q_len + i + 1 < n) n = kv - a->q_len + i + 1;"),
-        CAUSAL, "end-aligned"),
     "causal-off-by-one": (
         (CAUSAL_LINE, "if (a->is_causal && a->start_pos + i + 2 < n) n = a->start_pos + i + 2;"),
         CAUSAL, "causal-one-late"),
@@ -142,3 +139,29 @@ def test_a_correct_kernel_matches_no_nearby_semantics(tmp_path, backend, monkeyp
             if np.array_equal(pred, truth, equal_nan=True):
                 continue
             assert not matches(out, pred, atol, rtol)[0], (case_id, h.name)
+
+
+def test_start_pos_not_read_is_named_by_its_nan_alone(tmp_path):
+    """A kernel that aligns the causal edge to the cache's end reads the stale slots past
+    start_pos + q_len, which hold NaN in every causal case: its output is all NaN, and
+    `end-aligned` is named as one semantics its NaN matches, not claimed."""
+    src = SRC.replace(CAUSAL_LINE, "if (a->is_causal && kv - a->q_len + i + 1 < n) "
+                                   "n = kv - a->q_len + i + 1;")
+    rec = _diagnosed(_kernel(tmp_path, "end-aligned", SRC, src), CAUSAL)
+    assert rec.diagnosis["matches"] == []
+    assert "end-aligned" in [w["hypothesis"] for w in rec.diagnosis["nan_only"]]
+
+
+def test_an_all_nan_output_is_not_explained_by_a_hypothesis(tmp_path):
+    """Causal as an additive -inf over every slot reads the stale (NaN) cache slots in
+    every row: all NaN. So would `causal-ignored`, but an output with no finite element
+    is no evidence for one semantics over another: the NaN trace says what happened."""
+    hide = "if (a->is_causal && j > a->start_pos + i) s += -INFINITY;"
+    src = SRC.replace(CAUSAL_LINE, "").replace("s *= scale;", "s *= scale;\n" + hide)
+    rec = _diagnosed(_kernel(tmp_path, "additive-causal", SRC, src), CAUSAL)
+    assert rec.status == "fail" and "NaN in 20 of 20 output rows" in rec.reason, rec.reason
+    assert rec.diagnosis["matches"] == [], rec.diagnosis["matches"]
+    weak = [w["hypothesis"] for w in rec.diagnosis["nan_only"]]
+    assert "causal-ignored" in weak, rec.diagnosis
+    assert "no finite element to tell them apart: " in diagnosis_lines(rec.diagnosis)[0]
+    assert any("stale cache slots" in x for x in rec.diagnosis["nan"]), rec.diagnosis["nan"]

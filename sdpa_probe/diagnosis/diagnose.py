@@ -31,6 +31,21 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
 
 
+def _evidence(out: np.ndarray, pred: np.ndarray, truth: np.ndarray, atol: float,
+              rtol: float) -> bool:
+    """Whether a matching hypothesis is told apart from the truth by more than NaN: an
+    element finite in your output where the two oracles differ beyond tolerance, or NaN in
+    some rows and not others, unlike the truth. (An all-NaN output matches any semantics
+    that reads a NaN in every row; the NaN trace is what explains it.)"""
+    with np.errstate(invalid="ignore"):
+        finite = np.isfinite(out) & np.isfinite(pred) & np.isfinite(truth)
+        apart = np.abs(pred - truth) > atol + rtol * np.abs(truth)
+    if (finite & apart).any():
+        return True
+    bad = ~np.isfinite(out)
+    return bool(bad.any() and not bad.all() and (bad != ~np.isfinite(truth)).any())
+
+
 def claim(h: Hypothesis, case: Case, err: float, same_as: list[str]) -> dict:
     says = (f"your output equals the reference computed with {h.computed_with(case)} "
             f"(max err {err:.1g}): {h.meaning(case)}")
@@ -40,13 +55,15 @@ def claim(h: Hypothesis, case: Case, err: float, same_as: list[str]) -> dict:
 
 
 def _matching(case: Case, ctx: Context, out: np.ndarray, atol: float,
-              rtol: float) -> tuple[list[dict], list[str], str]:
+              rtol: float) -> tuple[list[dict], list[str], list[dict], str]:
     """The claims, the hypotheses tried (those whose oracle differs from the true one
-    here) and a note if time ran out."""
+    here), those matched by their NaN alone (no finite output to tell them apart) and a
+    note if time ran out."""
     truth = attend(ctx.truth)
     t0, note = time.monotonic(), ""
     tried: list[str] = []
     found: list[tuple[Hypothesis, np.ndarray, float, list[str]]] = []
+    nan_only: list[dict] = []
     for h in HYPOTHESES:
         if not h.applies(case):
             continue
@@ -60,19 +77,23 @@ def _matching(case: Case, ctx: Context, out: np.ndarray, atol: float,
         ok, err = matches(out, pred, atol, rtol)
         if not ok:
             continue
+        if not _evidence(out, pred, truth, atol, rtol):
+            nan_only.append({"hypothesis": h.name, "meaning": h.meaning(case)})
+            continue
         twin = next((f for f in found if _same(f[1], pred)), None)
         if twin is not None:
             twin[3].append(h.name)
         else:
             found.append((h, pred, err, []))
-    return [claim(h, case, err, same) for h, _p, err, same in found], tried, note
+    return [claim(h, case, err, same) for h, _p, err, same in found], tried, nan_only, note
 
 
 def diagnose(case: Case, data, ref: np.ndarray, out: np.ndarray, atol: float,
              rtol: float) -> dict | None:
     """The diagnosis of a failing output `out` (float64, as the verdict read it) of `case`
     on its inputs `data` (CaseData) against the reference `ref`: {"matches": claims,
-    "tried": hypothesis names, "nan": lines, "note": why it is partial or skipped}."""
+    "tried": hypothesis names, "nan_only": those whose NaN alone matches, "nan": lines,
+    "note": why it is partial or skipped}."""
     if not case.needs_reference:
         return None
     if _macs(case) > DIAGNOSIS_MAX_MACS:
@@ -81,11 +102,12 @@ def diagnose(case: Case, data, ref: np.ndarray, out: np.ndarray, atol: float,
                         f"oracles ({_macs(case):.2g} multiply-adds each)"}
     ctx = Context(case, true_setting(case, data), data.mask)
     right, _ = matches(out, ref, atol, rtol)
-    found, tried, note = ([], [], "") if right else _matching(case, ctx, out, atol, rtol)
+    found, tried, nan_only, note = (([], [], [], "") if right
+                                    else _matching(case, ctx, out, atol, rtol))
     nan = []
     if case.mask == "nan-inputs" or not (np.isfinite(out).all() and np.isfinite(ref).all()):
         nan = nan_trace(case, ctx.truth, ref, out)
-    return {"matches": found, "tried": tried, "nan": nan, "note": note}
+    return {"matches": found, "tried": tried, "nan_only": nan_only, "nan": nan, "note": note}
 
 
 def diagnose_record(rec, case: Case, prep) -> None:
