@@ -99,6 +99,7 @@ static double out_value(const sdpa_tensor *t, int64_t off, int *unwritten) {
 }
 
 int main(void) {
+  if (CASE_NOTE[0]) fprintf(stderr, "driver: %s\n", CASE_NOTE);
   sdpa_args a;
   memset(&a, 0, sizeof a);
   a.abi_version = SDPA_ABI_VERSION;

@@ -89,7 +89,7 @@ def case_header(case: Case, data, atol: float, rtol: float, files: dict[str, byt
     osp = span(view)
     dt = np.dtype(OUT_NP[case.out_dtype])
     lines = [f"/* {case.id}: {case_in_words(case)} */",
-             f'#define CASE_ID "{case.id}"',
+             f'#define CASE_ID "{case.id}"', f'#define CASE_NOTE "{_differs(case)}"',
              *(f"#define {k} {v}LL" for k, v in (
                  ("B", case.batch), ("H", case.n_heads), ("HKV", case.n_kv_heads),
                  ("LQ", case.q_len), ("LKV", case.kv_len), ("D", case.head_dim),
@@ -114,6 +114,22 @@ def case_header(case: Case, data, atol: float, rtol: float, files: dict[str, byt
     lines += [_c_tensor(n, st, files).rstrip() for n, st in
               (("q", data.q_store), ("k", data.k_store), ("v", data.v_store))]
     return "\n".join(lines) + "\n"
+
+
+def _differs(case: Case) -> str:
+    """What the driver's one plain call leaves out of the way probe check calls the case."""
+    if case.callers > 1:
+        return (f"probe check calls this case from {case.callers} threads at once; the "
+                "driver makes one call")
+    if case.reuse:
+        return ("probe check calls this case twice on the same buffers, new values in the "
+                "second; the driver makes the first call")
+    if case.stack_kib:
+        return f"probe check calls this case on a {case.stack_kib} KiB stack; the driver does not"
+    if case.layout == "far":
+        return ("the far layout's batches lie 2^31 elements apart in probe check; here they "
+                "are packed")
+    return ""
 
 
 def check_save_dir(directory: Path, force: bool) -> None:
