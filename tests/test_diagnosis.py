@@ -14,6 +14,7 @@ from sdpa_probe.diagnosis import (
     HYPOTHESES,
     Context,
     attend,
+    diagnose,
     diagnose_record,
     matches,
     true_setting,
@@ -165,3 +166,35 @@ def test_an_all_nan_output_is_not_explained_by_a_hypothesis(tmp_path):
     assert "causal-ignored" in weak, rec.diagnosis
     assert "no finite element to tell them apart: " in diagnosis_lines(rec.diagnosis)[0]
     assert any("stale cache slots" in x for x in rec.diagnosis["nan"]), rec.diagnosis["nan"]
+
+
+# cases on which every hypothesis applies somewhere, without stale slots in every row
+EACH = (DECODE, MASKED, BATCHED, "causal-h4gqa2-q4-kv100-d64-f32-pos40",
+        "logits-h4gqa2-q3-kv130-d64-f32-scale0.5", "nan-h12gqa4-q1-kv69-d64-f32-nan-inputs",
+        "gqa-h8gqa1-q1-kv129-d64-f32", "window-h4gqa2-q4-kv300-d64-f32-causal296-window100",
+        CAUSAL)
+
+
+@pytest.mark.parametrize("name", [h.name for h in HYPOTHESES])
+def test_each_hypothesis_names_its_own_output(name):
+    """An output made by a hypothesis's own oracle (stored as F32) is claimed for it (or it
+    is named the same on that case): each is recognised, none shadowed by another."""
+    h = BY_NAME[name]
+    for case_id in EACH:
+        case = CASES[case_id]
+        if not h.applies(case):
+            continue
+        prep = prepare_case(case)
+        ctx = Context(case, true_setting(case, prep.data), prep.data.mask)
+        pred = h.predict(ctx)
+        if np.array_equal(pred, attend(ctx.truth), equal_nan=True):
+            continue
+        atol, rtol = judged_tolerance(case, prep.torch_err)
+        diag = diagnose(case, prep.data, prep.ref, pred.astype(np.float32).astype(np.float64),
+                        atol, rtol)
+        named = [[m["hypothesis"], *m["same_as"]] for m in diag["matches"]]
+        if case_id == CAUSAL:  # (its stale slots are NaN: read in every row, NaN alone)
+            named.append([w["hypothesis"] for w in diag["nan_only"]])
+        assert any(name in n for n in named), (case_id, diag["matches"], diag["nan_only"])
+        return
+    pytest.fail(f"{name} applies to none of the cases here")

@@ -34,12 +34,13 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 def _evidence(out: np.ndarray, pred: np.ndarray, truth: np.ndarray, atol: float,
               rtol: float) -> bool:
     """Whether a matching hypothesis is told apart from the truth by more than NaN: an
-    element finite in your output where the two oracles differ beyond tolerance, or NaN in
-    some rows and not others, unlike the truth. (An all-NaN output matches any semantics
-    that reads a NaN in every row; the NaN trace is what explains it.)"""
+    element finite in your output and the hypothesis's where the truth is not or differs
+    beyond tolerance, or NaN in some rows and not others, unlike the truth. (An all-NaN
+    output matches any semantics that reads a NaN in every row; the NaN trace is what
+    explains it.)"""
     with np.errstate(invalid="ignore"):
-        finite = np.isfinite(out) & np.isfinite(pred) & np.isfinite(truth)
-        apart = np.abs(pred - truth) > atol + rtol * np.abs(truth)
+        finite = np.isfinite(out) & np.isfinite(pred)
+        apart = ~np.isfinite(truth) | (np.abs(pred - truth) > atol + rtol * np.abs(truth))
     if (finite & apart).any():
         return True
     bad = ~np.isfinite(out)
