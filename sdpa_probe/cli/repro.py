@@ -98,3 +98,6 @@ def show_repro(out: Output, rep: Repro) -> None:
         out.print(render_map(d.error_map, full.atol or rep.atol))
     if rep.saved:
         out.print("saved: " + ", ".join(str(p) for p in rep.saved))
+        makefile = next((p for p in rep.saved if p.name == "Makefile"), None)
+        if makefile is not None:  # (one line, never folded: it is for copying)
+            out.print(f"the case in C, with ASan: make -C {makefile.parent}", soft_wrap=True)
