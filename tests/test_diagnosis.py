@@ -13,6 +13,7 @@ from sdpa_probe.diagnosis import (
     BY_NAME,
     HYPOTHESES,
     Context,
+    DiagnosisBudget,
     attend,
     diagnose,
     diagnose_record,
@@ -198,3 +199,24 @@ def test_each_hypothesis_names_its_own_output(name):
         assert any(name in n for n in named), (case_id, diag["matches"], diag["nan_only"])
         return
     pytest.fail(f"{name} applies to none of the cases here")
+
+
+def test_the_diagnosis_is_bounded(tmp_path, monkeypatch):
+    """A worker's diagnosis time per backend is capped (past it a failure says how to get
+    one), and so is the size of a case diagnosed."""
+    from sdpa_probe.diagnosis import explain  # (its limits, patched)
+
+    (find, replace), case_id, _ = SINGLE_POINT_BUGS["top-left-causal"]
+    kernel = _kernel(tmp_path, "top-left", find, replace)
+    case = CASES[case_id]
+    prep = prepare_case(case)
+    budget = DiagnosisBudget(seconds=0.0)
+    first, second = (run_one(kernel, case, prep, keep_output=True) for _ in range(2))
+    budget.diagnose(first, case, prep)
+    budget.diagnose(second, case, prep)
+    assert first.diagnosis["matches"] and not second.diagnosis["matches"]
+    assert "--repro diagnoses the case" in second.diagnosis["note"]
+    monkeypatch.setattr(explain, "DIAGNOSIS_MAX_MACS", 1000)
+    third = run_one(kernel, case, prep, keep_output=True)
+    diagnose_record(third, case, prep)
+    assert third.diagnosis["note"].startswith("not diagnosed: the case is too large")

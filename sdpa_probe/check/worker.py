@@ -51,7 +51,7 @@ def _serve(conn, setup: dict, limits: sandbox.Limits | None) -> None:
     (and whether this process is worn out: too little CPU time left for a job)."""
     backends: dict = {}
     earlier: dict[str, Case] = {}  # the case each backend ran last in this process
-    diagnosis = DiagnosisBudget()
+    diagnosis_budget = DiagnosisBudget()  # (shared by the jobs this worker serves)
     conn.send(("ready",))
     while True:
         try:
@@ -86,7 +86,7 @@ def _serve(conn, setup: dict, limits: sandbox.Limits | None) -> None:
                 if name not in backends:
                     backends[name] = make(name)
                 rec = run_one(backends[name], case, prep, keep_output=True)
-                diagnosis.diagnose(rec, case, prep)
+                diagnosis_budget.diagnose(rec, case, prep)
                 rec.output = rec.reference = None  # (not sent: the parent has no use for them)
                 about_inputs = rec.retry_on_fresh_inputs
                 if rec.status == "fail" and not case.invalid and about_inputs:

@@ -23,6 +23,11 @@ DIAGNOSIS_SECONDS = 10.0
 WORKER_DIAGNOSIS_SECONDS = 30.0
 
 
+def undiagnosed(note: str) -> dict:
+    """A diagnosis that could not be made, and why."""
+    return {"matches": [], "tried": [], "nan_only": [], "nan": [], "note": note}
+
+
 def _macs(case: Case) -> int:
     return 2 * case.batch * case.n_heads * case.q_len * case.kv_len * case.head_dim
 
@@ -98,9 +103,8 @@ def diagnose(case: Case, data, ref: np.ndarray, out: np.ndarray, atol: float,
     if not case.needs_reference:
         return None
     if _macs(case) > DIAGNOSIS_MAX_MACS:
-        return {"matches": [], "tried": [], "nan": [],
-                "note": f"not diagnosed: the case is too large for the nearby-semantics "
-                        f"oracles ({_macs(case):.2g} multiply-adds each)"}
+        return undiagnosed(f"not diagnosed: the case is too large for the nearby-semantics "
+                           f"oracles ({_macs(case):.2g} multiply-adds each)")
     ctx = Context(case, true_setting(case, data), data.mask)
     right, _ = matches(out, ref, atol, rtol)
     found, tried, nan_only, note = (([], [], [], "") if right
@@ -122,8 +126,7 @@ def diagnose_record(rec, case: Case, prep) -> None:
     try:
         rec.diagnosis = diagnose(case, prep.data, prep.ref, out.values(), rec.atol, rec.rtol)
     except Exception as exc:  # (a diagnosis never costs the verdict)
-        rec.diagnosis = {"matches": [], "tried": [], "nan": [],
-                         "note": f"not diagnosed: {type(exc).__name__}: {exc}"[:200]}
+        rec.diagnosis = undiagnosed(f"not diagnosed: {type(exc).__name__}: {exc}"[:200])
 
 
 class DiagnosisBudget:
@@ -138,9 +141,8 @@ class DiagnosisBudget:
         if rec.status != "fail" or rec.output is None:
             return
         if self.spent.get(rec.backend, 0.0) > self.seconds:
-            rec.diagnosis = {"matches": [], "tried": [], "nan": [],
-                             "note": "not diagnosed: this run's diagnosis time for the backend "
-                                     "is spent (--repro diagnoses the case)"}
+            rec.diagnosis = undiagnosed("not diagnosed: this run's diagnosis time for the "
+                                        "backend is spent (--repro diagnoses the case)")
             return
         t0 = time.monotonic()
         diagnose_record(rec, case, prep)
