@@ -220,3 +220,25 @@ def test_the_diagnosis_is_bounded(tmp_path, monkeypatch):
     third = run_one(kernel, case, prep, keep_output=True)
     diagnose_record(third, case, prep)
     assert third.diagnosis["note"].startswith("not diagnosed: the case is too large")
+
+
+def test_a_kind_of_failure_says_for_how_many_the_diagnosis_holds():
+    from rich.console import Console  # (rendered as a terminal shows it)
+
+    from sdpa_probe.cli.check_render import failure_list
+    from sdpa_probe.records import Record
+
+    def rec(case: str, hypothesis: str | None) -> Record:
+        matches = [{"hypothesis": hypothesis, "says": f"matches {hypothesis}", "same_as": [],
+                    "max_abs_err": 1e-7}] if hypothesis else []
+        return Record("k.c", case, "decode", status="fail", reason="error above tolerance",
+                      case_in_words="batch 1", diagnosis={"matches": matches, "tried": ["x"],
+                                                          "nan_only": [], "nan": [], "note": ""})
+
+    records = [rec("a", "gqa-modulo"), rec("b", "gqa-modulo"), rec("c", None),
+               rec("d", "gqa-modulo")]
+    console = Console(width=80, record=True, file=open("/dev/null", "w"))
+    console.print(failure_list(records, 80))
+    text = console.export_text()
+    assert "diagnosis: matches gqa-modulo" in text
+    assert "diagnosis: the same for 2 of the 3 others" in text

@@ -55,8 +55,9 @@ def _mask(case: Case) -> str:
 def case_in_words(case: Case) -> str:
     """One line: shape, dtypes, causal and start_pos, mask, layout, threads (and what
     else sets the case apart: scale, magnitudes, callers, reuse)."""
-    parts = [f"batch {case.batch}, {_heads(case)}, {case.q_len} query rows over "
-             f"{case.kv_len} keys, head_dim {case.head_dim}", _dtypes(case), _causal(case),
+    rows = f"{case.q_len} query row" + ("s" if case.q_len != 1 else "")
+    parts = [f"batch {case.batch}, {_heads(case)}, {rows} over {case.kv_len} keys, "
+             f"head_dim {case.head_dim}", _dtypes(case), _causal(case),
              _mask(case), f"layout {case.layout}: {_LAYOUTS[case.layout]}",
              f"{case.n_threads} thread" + ("s" if case.n_threads != 1 else "")]
     if case.scale > 0:
