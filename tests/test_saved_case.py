@@ -52,12 +52,16 @@ def test_a_saved_driver_reproduces_the_failure_outside_python(tmp_path, asan):
     kernel = _bug(tmp_path, "ignore-start-pos")
     save = tmp_path / "saved"
     res = runner.invoke(app, ["check", "--kernel", str(kernel), "-k", DECODE, "--save",
-                              str(save), "--json", str(tmp_path / "r.json")])
+                              str(save), "--json", str(tmp_path / "r.json"), "--junit",
+                              str(tmp_path / "r.xml")])
     assert res.exit_code == 1, res.output
     case_dir = save / DECODE
     assert f"saved {DECODE}: make -C {case_dir}\n" in res.output  # (one line, to copy)
     rec = json.loads((tmp_path / "r.json").read_text())["records"][0]
     assert rec["diagnosis"]["matches"][0]["hypothesis"] == "start-pos-zero"
+    assert "start_pos 96" in rec["case_in_words"]
+    junit = (tmp_path / "r.xml").read_text()  # (a CI log shows the diagnosis too)
+    assert "diagnosis: your output equals the reference computed with start_pos = 0" in junit
     built = _make(case_dir)
     assert built.returncode != 0, built.stdout + built.stderr
     worst = "b={} q={} h={} d={}".format(*rec["worst"])
