@@ -8,7 +8,7 @@ import dataclasses
 from typing import Any
 
 from .backends.registry import is_kernel_file
-from .cases import Case
+from .cases import Case, case_in_words
 from .targets.spec import split_target
 
 STATUSES = ("pass", "fail", "crash", "timeout", "unsupported", "error")
@@ -50,6 +50,9 @@ class Record:
     fresh_retry: str | None = None            # a failure's status on fresh copies of its inputs
     after_case: str | None = None             # the case run before it that it depends on
     repro: str = ""
+    case_in_words: str = ""                   # the case's parameters, said in words
+    diagnosis: dict | None = None             # a failing output against nearby semantics:
+    #                                           matches, tried, nan, note (diagnosis/)
     # kept in this process only, never written: what a repro maps, and whether a
     # failure is about the inputs (a sampled verdict, such as thread use, is not)
     output: Any = dataclasses.field(default=None, repr=False, compare=False)
@@ -86,4 +89,24 @@ _FIELDS = {f.name for f in dataclasses.fields(Record)}
 
 def base_record(backend: str, case: Case) -> Record:
     """A record of `backend` on `case`, status "error" until a verdict is written."""
-    return Record(backend, case.id, case.family, repro=repro_command(backend, case.id))
+    return Record(backend, case.id, case.family, repro=repro_command(backend, case.id),
+                  case_in_words=case_in_words(case))
+
+
+def diagnosis_lines(diag: dict | None) -> list[str]:
+    """What a report prints of a record's diagnosis, one finding a line."""
+    if not diag:
+        return []
+    lines = [m["says"] for m in diag["matches"]]
+    weak = diag.get("nan_only") or []
+    if not diag["matches"] and weak:
+        lines.append("your output is NaN/Inf exactly where these would read a NaN, and has no "
+                     "finite element to tell them apart: "
+                     + "; ".join(f"{w['hypothesis']} ({w['meaning']})" for w in weak))
+    elif not diag["matches"] and diag["tried"]:
+        lines.append(f"none of {len(diag['tried'])} nearby semantics matches your output "
+                     "(docs/check.md, \"Reading a failure\")")
+    lines += diag["nan"]
+    if diag["note"]:
+        lines.append(diag["note"])
+    return lines

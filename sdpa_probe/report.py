@@ -13,7 +13,7 @@ from . import TOOL
 from .build import cpu_model
 from .errors import ProbeError
 from .outputs import write_text
-from .records import FAILING, STATUSES, Record
+from .records import FAILING, STATUSES, Record, diagnosis_lines
 
 SCHEMA = "sdpa_probe.check/1"
 
@@ -72,10 +72,14 @@ def write_junit(path: str, records: list[Record], seconds: float) -> None:
             tc = ET.SubElement(suite, "testcase", classname=f"{backend}.{r['family']}",
                                name=r.case, time=f"{r['seconds'] or 0.0:.6f}")
             st = r.status
+            # (the body: the case in words, the diagnosis, then the command that reruns it)
+            body = "\n".join([f"case: {r.case_in_words}"] * bool(r.case_in_words)
+                              + [f"diagnosis: {x}" for x in diagnosis_lines(r.diagnosis)]
+                              + [r.repro])
             if st == "fail":
-                ET.SubElement(tc, "failure", message=r.reason, type="fail").text = r.repro
+                ET.SubElement(tc, "failure", message=r.reason, type="fail").text = body
             elif st in ("crash", "timeout", "error"):
-                ET.SubElement(tc, "error", message=r.reason, type=st).text = r.repro
+                ET.SubElement(tc, "error", message=r.reason, type=st).text = body
             elif st == "unsupported":
                 ET.SubElement(tc, "skipped", message=r.reason)
     tree = ET.ElementTree(root)

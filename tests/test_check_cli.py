@@ -85,7 +85,7 @@ def test_prebuilt_shared_library_kernel(tmp_path):
     (["check", "--dtype", "f64"], "unknown dtype"),
     (["check", "--kernel", "/nonexistent.c"], "not found"),
     (["check", "--repro", "nosuch-case"], "unknown case id"),
-    (["check", "--save", "/tmp/x"], "--save needs --repro"),
+    (["check", "--save", "/"], "--save / is not empty"),
 ])
 def test_check_usage_errors(argv, msg):
     res = runner.invoke(app, argv)
@@ -114,7 +114,8 @@ def test_failures_list_on_a_narrow_console_table_on_a_wide_one(tmp_path, monkeyp
         assert lines[at + 1].startswith(f"        {tmp_path}"[:40]), res.output
         assert any(ln.startswith("        error above tolerance at")
                    for ln in lines[at + 2:at + 5]), res.output
-        assert "probe check --kernel" in "\n".join(lines[at + 2:at + 7])
+        below = "\n".join(lines[at + 2:at + 16])  # (the case in words, the diagnosis, repro)
+        assert "probe check --kernel" in below and "diagnosis: your output equals" in below
     else:
         assert "reason / reproduce" in res.output
 
@@ -155,7 +156,10 @@ def test_repro_shows_map_and_saves(tmp_path):
     assert "fully masked rows" in res.output
     assert "q    2 |NNNN|" in res.output          # the NaN row, every head
     files = sorted(p.name for p in save.iterdir())
-    assert files == [f"{case_id}.npz", f"{case_id}.py"]
+    assert files == sorted([f"{case_id}.npz", f"{case_id}.py", "Makefile", "case.h", "case.json",
+                            "driver.c", "k.bin", "mask.bin", "q.bin", "reference.bin",
+                            "sdpa_probe.h", "v.bin"])
+    assert "diagnosis: " in res.output and "case: batch 1, 4 query heads" in res.output
     # the snippet reproduces the oracle with torch alone
     import runpy
     import sys

@@ -8,7 +8,8 @@ tolerance.py     how far from the oracle a case may be
 invalid_calls.py the calls a kernel must refuse, by name
 families/        the default suite's families, one function each
 random_slices.py the random suite's slices of the parameter space
-suites.py        smoke, default and full; a case found again by its id"""
+suites.py        smoke, default and full; a case found again by its id
+words.py         a case's parameters in words, for a failure report"""
 
 from __future__ import annotations
 
@@ -45,6 +46,7 @@ from .tolerance import (
     tolerance,
     torch_mult,
 )
+from .words import case_in_words
 
 __all__ = [
     "ACCUM_ATOL", "BASE_TOL", "DECODE_BLOCK_BYTES", "DECODE_KV_BLOCK", "DECODE_MIN_KEYS",
@@ -52,7 +54,7 @@ __all__ = [
     "Q_BLOCK", "RANDOM_CASES", "RANDOM_HEAD_DIMS", "RANDOM_LAYOUTS", "RANDOM_MAX_FLOPS",
     "RANDOM_SEED_STRIDE", "RANDOM_TORCH_MULT", "SUBNORMAL_ULP", "SUITES", "TORCH_MULT",
     "VALUE_RECIPES", "X512_KV_BLOCK", "ZERO_ROWS_EVERY", "ZERO_ROWS_FIRST", "Case",
-    "all_cases", "decode_kv_block", "default_cases", "find_case", "full_cases",
+    "all_cases", "case_in_words", "decode_kv_block", "default_cases", "find_case", "full_cases",
     "judged_tolerance", "random_case", "random_cases", "smoke_cases", "suite", "tolerance",
     "torch_mult",
 ]

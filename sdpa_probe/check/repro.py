@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from ..backends import make
-from ..cases import Case, all_cases, tolerance
+from ..backends.registry import is_kernel_file
+from ..cases import Case, all_cases, judged_tolerance, tolerance
 from ..cases import find_case as cases_find_case
 from ..cases.suites import SUITES, suite
 from ..errors import ProbeError
@@ -19,6 +20,7 @@ from ..judge.verdict import error_map
 from ..oracle import Prepared, prepare_case
 from ..records import FAILING, Record
 from ..report import save_repro
+from ..saved_case import check_save_dir, save_case
 from .calls import run_one
 from .pool import WorkerPool
 
@@ -93,8 +95,8 @@ def reproduce(case_id: str, names: list[str], *, timeout: float, seed: int = 0,
               force: bool = False) -> Repro:
     """The case's records from a worker (started with `setup`, as check's are), each
     backend's output from this process, and with `save` its inputs, reference and a
-    torch-only script written there. The `after` cases run first, on the same backends
-    in the same process each time."""
+    torch-only script written there, and the case for a standalone C driver (saved_case).
+    The `after` cases run first, on the same backends in the same process each time."""
     setup = setup or {}
     case, first = find_case(case_id), [find_case(c) for c in after]
     if seed:
@@ -113,7 +115,7 @@ def reproduce(case_id: str, names: list[str], *, timeout: float, seed: int = 0,
                    for r in records[n_first:] if _has_output(r, case)}
     finally:
         repeat.LEAK_CHECK = saved
-    paths = save_repro(save, case, prep.data, prep.ref, ",".join(names)) if save else []
+    paths = _save(save, case, prep, names, records[n_first:]) if save else []
     return Repro(case, records[:n_first], records[n_first:], details, *tolerance(case), paths)
 
 
@@ -121,8 +123,21 @@ def _check_save(case: Case, save: Path | None, force: bool) -> None:
     if save is not None and case.invalid:
         raise ProbeError(f"--save: {case.id} is an invalid call, judged on its status, with "
                          "no reference to save")
-    if save is not None and save.exists() and any(save.glob(f"{case.id}.*")) and not force:
-        raise ProbeError(f"{save} already holds files for {case.id}; use --force to overwrite")
+    if save is not None:
+        check_save_dir(save, force)
+
+
+def _save(save: Path, case: Case, prep: Prepared, names: list[str],
+          records: list[Record]) -> list[Path]:
+    """The torch-only script and the C driver's files, the driver built against the
+    first kernel file among the backends (none: the Makefile asks for KERNEL=)."""
+    paths = save_repro(save, case, prep.data, prep.ref, ",".join(names))
+    kernel = next((n for n in names if is_kernel_file(n)), None)
+    rec = next((r for r in records if r.backend == kernel and r.atol is not None), None)
+    atol, rtol = ((rec.atol, rec.rtol) if rec is not None
+                  else judged_tolerance(case, prep.torch_err))
+    return paths + save_case(save, case, prep.data, prep.ref, atol, rtol, kernel,
+                             rec.as_dict() if rec is not None else None)
 
 
 def _has_output(rec: Record, case: Case) -> bool:

@@ -10,6 +10,7 @@ from .. import caller_state, sandbox
 from ..backends import make
 from ..cases import Case
 from ..children import kill_tree
+from ..diagnosis import DiagnosisBudget
 from ..errors import CaseUnavailable
 from ..judge import repeat
 from ..judge.fresh_inputs import retry_on_fresh_inputs
@@ -52,6 +53,7 @@ def _serve(conn, setup: dict, limits: sandbox.Limits | None) -> None:
     (and whether this process is worn out: too little CPU time left for a job)."""
     backends: dict = {}
     earlier: dict[str, Case] = {}  # the case each backend ran last in this process
+    diagnosis_budget = DiagnosisBudget()  # (shared by the jobs this worker serves)
     conn.send(("ready",))
     while True:
         try:
@@ -91,7 +93,9 @@ def _serve(conn, setup: dict, limits: sandbox.Limits | None) -> None:
                     continue
                 if name not in backends:
                     backends[name] = make(name)
-                rec = run_one(backends[name], case, prep)
+                rec = run_one(backends[name], case, prep, keep_output=True)
+                diagnosis_budget.diagnose(rec, case, prep)
+                rec.output = rec.reference = None  # (not sent: the parent has no use for them)
                 about_inputs = rec.retry_on_fresh_inputs
                 if rec.status == "fail" and not case.invalid and about_inputs:
                     retry_on_fresh_inputs(rec, backends[name], case, prep, earlier.get(name))

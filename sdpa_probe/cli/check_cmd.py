@@ -85,10 +85,15 @@ def check_command(
                                     help="With --repro: run these case ids first, in the same "
                                          "process (a failure that depends on an earlier call; "
                                          "check's records name the case)."),
-    save: str = typer.Option(None, "--save", help="With --repro: write inputs, reference and "
-                                                   "a torch-only script to this directory."),
-    force: bool = typer.Option(False, "--force", help="With --save: overwrite existing files; "
-                                                      "with --output: replace any file."),
+    save: str = typer.Option(None, "--save",
+                             help="Write each failing case (with --repro: the case) into this "
+                                  "directory for a standalone C driver: raw inputs, reference, "
+                                  "driver.c and a Makefile (make: builds it against your "
+                                  "kernel with ASan and UBSan and runs it). Refused if the "
+                                  "directory is not empty."),
+    force: bool = typer.Option(False, "--force",
+                               help="With --save: write into a directory that is not empty; "
+                                    "with --output: replace any file."),
     golden: bool = typer.Option(False, "--golden",
                                 help="Check against the stored golden references (probe golden) "
                                      "instead of recomputing the oracle."),
@@ -146,7 +151,7 @@ def check_command(
     out = Output(report == "-" or stdout_is_data(fmt, output, json_path), fmt, output, force)
     sandbox.pass_env(pass_env)
     save, golden_dir = path_option(save, "--save"), path_option(golden_dir, "--golden-dir")
-    _check_options(save, repro, after, seed, timeout, k)
+    _check_options(save, repro, after, seed, timeout, k, force)
     check_writable(json_path, "--json", inputs=[kernel])
     check_writable(junit, "--junit", inputs=[kernel], stdout_ok=False)
     check_writable(report, "--report", inputs=[kernel])
@@ -196,16 +201,34 @@ def check_command(
         show_result(out, res, req.names, each_failure)
     deliver(out, fmt, output, "check", res.document, lambda: res.document["records"],
             lambda: conformance.markdown(res.document))
+    if save is not None:
+        _save_failures(out, save, res.records, cases, kernel)
     raise typer.Exit(exit_code(res.records))
 
 
-def _check_options(save, repro, after, seed: int, timeout: float, k) -> None:
-    if save is not None and repro is None:
-        raise ProbeError("--save needs --repro CASE_ID")
+def _save_failures(out: Output, save: Path, records, cases, kernel: Path | None) -> None:
+    from ..backends import parse  # deferred: torch (seconds)
+    from ..saved_case import save_failures  # deferred: torch (seconds)
+
+    mine = parse(str(kernel)).name if kernel is not None else None
+    dirs, left = save_failures(save, records, cases, str(kernel) if kernel else None, mine)
+    if not dirs:
+        out.note(f"--save {save}: no failing case to save")
+    for d in dirs:  # (never folded: the command is for copying)
+        out.err.print(f"saved {d.name}: make -C {d}" + ("" if kernel else " KERNEL=your_kernel.c"),
+                      markup=False, highlight=False, soft_wrap=True)
+    if left:
+        out.note(f"--save: {left} more failing cases not saved (--repro CASE_ID --save DIR "
+                 "saves one)")
+
+
+def _check_options(save, repro, after, seed: int, timeout: float, k, force: bool) -> None:
     if after and repro is None:
         raise ProbeError("--after needs --repro CASE_ID")
-    if save is not None and save.exists() and not save.is_dir():
-        raise ProbeError(f"--save {save} is not a directory")
+    if save is not None:
+        from ..saved_case import check_save_dir  # deferred: its package imports torch
+
+        check_save_dir(save, force)
     check_seed(seed)
     if k and not all(x.strip() for x in k):  # (an empty one would select every case)
         raise ProbeError("-k is empty: give part of a case id (probe check --list)")

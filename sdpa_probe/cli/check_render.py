@@ -15,7 +15,7 @@ from rich.text import Text
 
 from ..backends import parse
 from ..cases import Case, tolerance
-from ..records import FAILING, Record
+from ..records import FAILING, Record, diagnosis_lines
 from ..report import by_backend_family, summary
 from ..tables import Col, Sheet, command_lines, fit, markdown
 from .output import Output
@@ -112,6 +112,21 @@ def _more(others: list[Record]) -> str:
                                 if rest else ""))
 
 
+def _claimed(r: Record) -> list[str]:
+    return [m["hypothesis"] for m in (r.diagnosis or {}).get("matches", [])]
+
+
+def _explained(r: Record, others: list[Record] = ()) -> list[tuple[str, str | None]]:
+    """A failure's case in words and its diagnosis, as (line, style); for a kind of
+    failure, how many of the others the same hypotheses were claimed for."""
+    lines = [(f"case: {r.case_in_words}", "dim")] if r.case_in_words else []
+    lines += [(f"diagnosis: {x}", "cyan") for x in diagnosis_lines(r.diagnosis)]
+    if others and _claimed(r):
+        same = sum(_claimed(o) == _claimed(r) for o in others)
+        lines.append((f"diagnosis: the same for {same} of the {len(others)} others", "cyan"))
+    return lines
+
+
 def failure_list(records: list[Record], width: int = 80, grouped: bool = True) -> Group:
     """Each failure as a status / case / backend line, its reason indented (free to wrap
     at the console's width; an error's figures are in it) and its repro command. A
@@ -128,6 +143,7 @@ def failure_list(records: list[Record], width: int = 80, grouped: bool = True) -
         else:
             lines += [head, Padding(backend, (0, 0, 0, 8))]
         lines.append(Padding(Text(r.reason), (0, 0, 0, 8)))
+        lines += [Padding(Text(x, style=s), (0, 0, 0, 8)) for x, s in _explained(r, others)]
         # (a path longer than the line folds: never cropped)
         lines += [Text(ln, style="dim", overflow="fold") for ln in command_lines(r.repro, width, 8)]
         if others:
@@ -142,9 +158,10 @@ def failure_table(records: list[Record], grouped: bool = True) -> Sheet:
     for r, others in group_failures(records, grouped):
         st = r.status
         more = f"\n[yellow]{_more(others)}[/]" if others else ""
+        said = "".join(f"\n[{style}]{escape(x)}[/]" for x, style in _explained(r, others))
         t.add_row(r.backend, r.case, f"[{STATUS_STYLE[st]}]{st}[/]",
                   _fmt(r.max_abs_err), _fmt(r.nmse),
-                  f"{escape(r['reason'] or '')}\n[dim]{escape(r['repro'])}[/]{more}")
+                  f"{escape(r['reason'] or '')}{said}\n[dim]{escape(r['repro'])}[/]{more}")
     return t
 
 

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from .. import tables
 from ..check.repro import Repro, reproduce
+from ..records import diagnosis_lines
 from ..tables import Col, Sheet
 from .formats import deliver
 from .output import Output
@@ -76,6 +77,10 @@ def show_repro(out: Output, rep: Repro) -> None:
     for r in rep.records:
         out.print(f"[bold]{r.backend}[/] on [bold]{rep.case.id}[/]: {r.status}"
                   + (f" - {r.reason}" if r.reason else ""))
+        if r.status != "pass":
+            out.print(Text(f"case: {r.case_in_words}", style="dim"))
+        for line in diagnosis_lines(r.diagnosis):
+            out.print(Text(f"diagnosis: {line}", style="cyan"))
         d = rep.details.get(r.backend)
         if d is None:
             continue
@@ -93,3 +98,6 @@ def show_repro(out: Output, rep: Repro) -> None:
         out.print(render_map(d.error_map, full.atol or rep.atol))
     if rep.saved:
         out.print("saved: " + ", ".join(str(p) for p in rep.saved))
+        makefile = next((p for p in rep.saved if p.name == "Makefile"), None)
+        if makefile is not None:  # (one line, never folded: it is for copying)
+            out.print(f"the case in C, with ASan: make -C {makefile.parent}", soft_wrap=True)
