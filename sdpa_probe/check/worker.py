@@ -15,7 +15,8 @@ from ..judge import repeat
 from ..judge.fresh_inputs import retry_on_fresh_inputs
 from ..native import configure
 from ..records import base_record
-from .calls import prepare_case, run_one
+from .calls import prepare_case
+from .relations import run_case
 
 
 def worker_main(conn, setup: dict) -> None:
@@ -83,7 +84,7 @@ def _serve(conn, setup: dict, limits: sandbox.Limits | None) -> None:
             try:
                 if name not in backends:
                     backends[name] = make(name)
-                rec = run_one(backends[name], case, prep)
+                rec = run_case(backends[name], case, prep)
                 about_inputs = rec.retry_on_fresh_inputs
                 if rec.status == "fail" and not case.invalid and about_inputs:
                     retry_on_fresh_inputs(rec, backends[name], case, prep, earlier.get(name))

@@ -21,12 +21,14 @@ from ..check.run import (
     select_cases,
 )
 from ..errors import ProbeError
+from ..fuzz.stress import DEFAULT_ROUNDS
 from ..golden import default_dir, store
 from ..limits import check_seed
 from ..outputs import write_text
 from ..records import Record
 from ..report import exit_code, write_junit
 from . import command
+from .check_given import given_cases, show_coverage, stress_after
 from .check_render import STATUS_STYLE, show_result
 from .check_render import list_cases as show_cases
 from .output import Output, check_writable, path_option
@@ -103,6 +105,20 @@ def check_command(
                                       help="List every failure in full (default: one per "
                                            "kind, a backend's same reason but for its "
                                            "figures, with the other cases' ids)."),
+    case_arg: list[str] = typer.Option(None, "--case",
+                                       help="Check this case instead of a suite: an id, or a "
+                                            "spec (key=value,..., as probe fuzz prints). "
+                                            "Repeatable."),
+    corpus: str = typer.Option(None, "--corpus", help="Check the cases kept in this corpus "
+                                                      "directory (probe fuzz --corpus)."),
+    coverage: bool = typer.Option(False, "--coverage",
+                                  help="Print which factor-value pairs the selected cases "
+                                       "meet and which never do, and exit."),
+    stress: bool = typer.Option(False, "--stress",
+                                help="After the run, each threaded or concurrent case again "
+                                     "under varied scheduling (--stress-rounds times)."),
+    stress_rounds: int = typer.Option(DEFAULT_ROUNDS, "--stress-rounds", min=1, max=100000,
+                                      help="Rounds per case with --stress."),
     list_cases: bool = typer.Option(False, "--list",
                                     help="List the cases the filters select (ids, tolerances, "
                                          "FLOPs, bytes; --json - for their parameters) and "
@@ -139,9 +155,13 @@ def check_command(
         raise typer.Exit(run_repro(out, repro, req.names, save, force, timeout, seed,
                                    req.worker_setup(), after=after or [],
                                    json_path=json_path))
-    cases, notes, keep_ids = select_cases(req), [], None
+    given = given_cases(case_arg, path_option(corpus, "--corpus"), req)
+    cases, notes, keep_ids = (select_cases(req) if given is None else given), [], None
     if req.last_failed:
         cases, keep_ids = last_failed_filter(req, cases, notes)
+    if coverage:
+        show_coverage(out, cases, json_path)
+        return
     if list_cases:
         if suite_name in EXTRA_SUITES:
             raise ProbeError(f"--list: the {suite_name} suite is not a case list; "
@@ -152,6 +172,8 @@ def check_command(
     for note in job_notes:
         out.note(note)
     res = _run_with_progress(out, req, cases, keep_ids, notes)
+    if stress:
+        stress_after(out, req, res, stress_rounds)
     for note in res.notes:
         out.note(note)
     if json_path:
