@@ -6,10 +6,12 @@
  * scratch, a store on the wrong slice, a thread budget ignored) shows in some runs
  * and not others. Every pthread_create comes here (std::thread, OpenMP, pthreadpool
  * too) and, in turn, one of:
- *   0  the creator yields right after the thread is made (the new one runs first)
- *   1  the creator sleeps 20-300 us (the new one takes tasks while it sleeps)
- *   2  the new thread sleeps 20-300 us before its start routine (the creator first)
- *   3  the new thread yields before its start routine
+ *   0  the creator waits until the new thread has begun, then both go on: on two
+ *      cores they take tasks at the same moment (a race on shared scratch overlaps);
+ *      on one, the new thread runs first (a worker-only path is taken)
+ *   1  the same, the new thread then a few microseconds later
+ *   2  the creator sleeps 20-300 us (the new one takes tasks while it sleeps)
+ *   3  the new thread sleeps 20-300 us before its start routine (the creator first)
  * A counter and a per-process generator pick which, so rounds of one case meet each.
  */
 #define _GNU_SOURCE
@@ -40,8 +42,8 @@ static uint64_t next_random(void) {
   return x ^ (x >> 31);
 }
 
-static void short_sleep(void) {
-  struct timespec ts = {0, (long)(20000 + next_random() % 280000)};
+static void sleep_ns(long lo, long span) {
+  struct timespec ts = {0, lo + (long)(next_random() % (uint64_t)span)};
   nanosleep(&ts, NULL);
 }
 
@@ -49,13 +51,19 @@ struct start {
   void *(*fn)(void *);
   void *arg;
   int mode;
+  _Atomic int begun;  /* modes 0, 1: the creator waits for it, then frees the struct */
 };
 
 static void *shaken_start(void *p) {
-  struct start s = *(struct start *)p;
-  free(p);
-  if (s.mode == 2) short_sleep();
-  if (s.mode == 3) sched_yield();
+  struct start *sp = p;
+  struct start s = {sp->fn, sp->arg, sp->mode, 0};
+  if (s.mode <= 1) {
+    atomic_store_explicit(&sp->begun, 1, memory_order_release);
+  } else {
+    free(sp);
+  }
+  if (s.mode == 1) sleep_ns(1000, 20000);
+  if (s.mode == 3) sleep_ns(20000, 280000);
   return s.fn(s.arg);
 }
 
@@ -75,13 +83,17 @@ EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(
   s->fn = fn;
   s->arg = arg;
   s->mode = mode;
+  atomic_store_explicit(&s->begun, 0, memory_order_relaxed);
   const int r = f(t, attr, shaken_start, s);
   if (r != 0) {
     free(s);
     return r;
   }
-  if (mode == 0) sched_yield();
-  if (mode == 1) short_sleep();
+  if (mode <= 1) {
+    while (!atomic_load_explicit(&s->begun, memory_order_acquire)) sched_yield();
+    free(s);
+  }
+  if (mode == 2) sleep_ns(20000, 280000);
   return 0;
 }
 
