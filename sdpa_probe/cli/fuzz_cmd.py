@@ -70,6 +70,10 @@ def fuzz_command(
                                      "varied scheduling (--stress-rounds times)."),
     stress_rounds: int = typer.Option(DEFAULT_ROUNDS, "--stress-rounds", min=1, max=100000,
                                       help="Rounds per case with --stress."),
+    no_leak_check: bool = typer.Option(False, "--no-leak-check",
+                                       help="Do not repeat passing calls (the leak count and "
+                                            "the repeated call's verdict): faster, fewer "
+                                            "checks."),
     timeout: float = typer.Option(30.0, "--timeout", min=0.1, max=86400,
                                   help="Seconds per (backend, case) before it is a timeout."),
     json_path: str = typer.Option(None, "--json", help="Write the JSON document here "
@@ -88,7 +92,7 @@ def fuzz_command(
         raise ProbeError(f"--corpus {corpus} is not a directory")
     specs = _specs(kernel, backend)
     names = [s.name for s in specs]
-    setup = CheckRequest(specs).worker_setup()
+    setup = CheckRequest(specs, leak_check=not no_leak_check).worker_setup()
     with LivePool(timeout, setup, stress_preload() if stress else None) as pool:
         job = StressJob(pool, names, stress_rounds if stress else 0)
         fuzzer = Fuzzer(job, seconds, max_examples, seed, not no_relations,
