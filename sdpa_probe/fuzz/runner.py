@@ -122,18 +122,27 @@ class Fuzzer:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
 
+    def _reproduces(self, f: Finding) -> bool:
+        recs = [x for x in self.run_job(f.case) if x.backend == f.backend]
+        return any(x.status in FAILING and kind_of(x) == f.kind for x in recs)
+
     def run(self) -> FuzzResult:
+        """Rounds until a finding that fails again when rerun once (one that does not,
+        a race or state an earlier case left, is kept and drawing goes on) or the budget."""
         r = 0
         stopped = ""
+        checked: set[str] = set()
         while not stopped:
             self._round(r)
             r += 1
-            if self.smallest:
+            new = [f for k, f in self.smallest.items() if k not in checked]
+            checked |= {f.kind for f in new}
+            if any(self._reproduces(f) for f in new):
                 stopped = "found"
-            elif self.max_examples is not None and self.examples >= self.max_examples:
-                stopped = "max-examples"
-            elif self.seconds is not None and time.monotonic() - self.t0 > self.seconds:
-                stopped = "time"
+            elif self._out_of_budget():
+                stopped = ("found" if self.smallest else "max-examples"
+                           if self.max_examples is not None
+                           and self.examples >= self.max_examples else "time")
         return FuzzResult(self.examples, time.monotonic() - self.t0,
                           sorted(self.smallest.values(), key=lambda f: size_key(f.case)),
                           self.cases, stopped)
