@@ -129,6 +129,8 @@ def test_check_replays_a_corpus(tmp_path):
     assert doc["suite"] == "cases"
     assert {r["case"]: r["status"] for r in doc["records"]} == {
         kept.id: "fail", "x-b0-h8gqa4-q1-kv64-d64-f32": "pass"}
+    repro = next(r["repro"] for r in doc["records"] if r["case"] == kept.id)
+    assert repro == f"probe check --kernel {kernel} --case '{spec_of(kept)}'"
 
 
 # (some 30 s here: a fuzzing run's worker, its shrink, then check's)

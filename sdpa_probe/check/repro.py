@@ -12,6 +12,7 @@ import numpy as np
 from ..backends import make
 from ..cases import Case, all_cases, tolerance
 from ..cases import find_case as cases_find_case
+from ..cases.spec import is_spec, parse_spec
 from ..errors import ProbeError
 from ..judge import repeat
 from ..judge.verdict import error_map
@@ -75,6 +76,11 @@ class Repro:
 
 
 def find_case(case_id: str) -> Case:
+    if is_spec(case_id):  # (a case written out in full, as probe fuzz prints it)
+        try:
+            return parse_spec(case_id)
+        except (ValueError, TypeError) as exc:
+            raise ProbeError(f"case spec {case_id!r}: {exc}") from None
     cases = all_cases()
     found = cases_find_case(case_id, cases)
     if found is not None:

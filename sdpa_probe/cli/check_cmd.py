@@ -28,7 +28,7 @@ from ..outputs import write_text
 from ..records import Record
 from ..report import exit_code, write_junit
 from . import command
-from .check_given import given_cases, show_coverage, stress_after
+from .check_given import given_cases, show_coverage, spec_repros, stress_after
 from .check_render import STATUS_STYLE, show_result
 from .check_render import list_cases as show_cases
 from .output import Output, check_writable, path_option
@@ -172,6 +172,7 @@ def check_command(
     for note in job_notes:
         out.note(note)
     res = _run_with_progress(out, req, cases, keep_ids, notes)
+    spec_repros(res, given)
     if stress:
         stress_after(out, req, res, stress_rounds)
     for note in res.notes:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..backends.registry import is_kernel_file
 from ..cases import Case, all_cases, find_case
-from ..cases.spec import is_spec, parse_spec
+from ..cases.spec import is_spec, parse_spec, spec_of
 from ..check.run import CheckRequest, CheckResult, wanted
 from ..errors import ProbeError
 from ..fuzz import corpus as corpus_files
@@ -52,6 +53,21 @@ def given_cases(case_args: list[str] | None, corpus: Path | None,
     if not cases:
         raise ProbeError("no case matches the filters")
     return cases
+
+
+def spec_repros(res: CheckResult, given: list[Case] | None) -> None:
+    """The records of given cases that no suite has: their repro names the case by its
+    spec (an id finds only a suite's case)."""
+    if not given:
+        return
+    fixed = all_cases()
+    specs = {c.id: spec_of(c) for c in given if find_case(c.id, fixed) != c}
+    for rec in res.records:
+        if rec.case in specs and is_kernel_file(rec.backend):
+            rec.repro = f"probe check --kernel {rec.backend} --case '{specs[rec.case]}'"
+        elif rec.case in specs:
+            rec.repro = f"probe check --backend {rec.backend} --case '{specs[rec.case]}'"
+    res.document["records"] = [r.as_dict() for r in res.records]
 
 
 def show_coverage(out: Output, cases: list[Case], json_path: str | None) -> None:
