@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from .. import native, sandbox
+from .. import native
 from ..backends import BackendSpec, parse, parse_list
 from ..backends.registry import is_kernel_file
 from ..cases.spec import spec_of
@@ -21,6 +21,7 @@ from ..fuzz.live_pool import LivePool
 from ..fuzz.runner import CONFIRM_RUNS, Finding, Fuzzer, FuzzResult, confirm
 from ..fuzz.stress import DEFAULT_ROUNDS, StressJob, stress_preload
 from ..limits import check_seed
+from ..records import FAILING
 from . import command
 from .output import Output, check_writable, path_option
 
@@ -119,21 +120,25 @@ def _specs(kernel: Path | None, backend: list[str] | None) -> list[BackendSpec]:
         why = s.why_unavailable() if s.kind == "registered" else None
         if why:
             raise ProbeError(f"{s.name}: {why}")
-    sandbox.plan_jobs(1)
     return list(dict.fromkeys(specs))
 
 
 def _progress(out: Output, seconds: float):
-    last = [0.0]
+    """A line on stderr every 2 s (and at the first failure): cases run, time, failing
+    cases seen (a shrink runs many), the last case."""
+    last, failing = [0.0], [0]
     t0 = time.monotonic()
 
     def on_example(n: int, case, records) -> None:
         now = time.monotonic()
-        bad = [r for r in records if r.status in ("fail", "crash", "timeout", "error")]
-        if bad or now - last[0] >= 2.0:
+        bad = [r for r in records if r.status in FAILING]
+        failing[0] += bool(bad)
+        if now - last[0] >= 2.0 or (bad and failing[0] == 1):
             last[0] = now
+            what = f"{failing[0]} failing (shrinking); " if failing[0] else ""
             said = f"{bad[0].status} " if bad else ""
-            out.note(f"fuzz: {n} cases, {now - t0:.0f} of {seconds:.0f} s; {said}{case.id}")
+            out.note(f"fuzz: {n} cases, {now - t0:.0f} of {seconds:.0f} s; {what}"
+                     f"{said}{case.id}")
 
     return on_example
 

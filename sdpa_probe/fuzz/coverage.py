@@ -41,6 +41,7 @@ def mask_kind(c: Case) -> str:
 
 def crossing_factors(c: Case) -> dict:
     tasks = max(1, c.batch * c.n_heads)
+    # (n_threads <= 0, the kernel's default: some, as far as the case can tell)
     threads = ("one" if c.n_threads == 1 else "more-than-tasks" if c.n_threads > tasks
                else "some")
     empty = ("batch0" if c.batch == 0 else "q0" if c.q_len == 0 else "kv0" if c.kv_len == 0

@@ -15,7 +15,7 @@ MAX_FLOPS = 2e7   # a drawn case's work: a call in milliseconds, the oracle's to
 MAX_KV = 300
 MAX_Q = 40
 HEAD_DIMS = (64, 128, 80, 96, 256, 67, 20, 3, 17)   # besides 1..32
-THREADS = (1, 2, 3, 4, 8, 64)
+THREADS = (1, 2, 3, 4, 8, 64, 0, -1)                 # <= 0: the kernel's default
 SCALES = (0.0, -1.0, 0.125, 1.0, 0.01, 8.0)          # <= 0: the default 1/sqrt(D)
 MAGNITUDES = (1.0, 10.0, 0.01, 100.0)
 ROW_MASKS = ("rows:first", "rows:middle", "rows:last", "rows:block", "rows:far",

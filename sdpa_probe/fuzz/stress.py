@@ -37,7 +37,7 @@ def stress_preload() -> str:
 def threaded(case: Case) -> bool:
     """Whether scheduling can change the case's answer: threads of the kernel's own or
     callers of ours at once."""
-    return case.n_threads > 1 or case.callers > 1 or case.relation == "concurrent"
+    return case.n_threads != 1 or case.callers > 1 or case.relation == "concurrent"
 
 
 @dataclasses.dataclass
