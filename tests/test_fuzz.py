@@ -8,7 +8,7 @@ import json
 
 import pytest
 from conftest import EXAMPLE_KERNEL
-from fuzz_kernels import split_kernel
+from fuzz_kernels import VIOLATORS, split_kernel, violator
 from hypothesis import given, settings
 from typer.testing import CliRunner
 
@@ -117,9 +117,10 @@ def _no_write_kernel(tmp_path):
 
 
 def test_check_replays_a_corpus(tmp_path):
-    kernel = _no_write_kernel(tmp_path)
-    kept = parse_spec("family=fuzz,n_heads=1,n_kv_heads=1,kv_len=1,head_dim=1")
-    corpus.save(tmp_path / "corpus", kept, str(kernel), "output unwritten", "(a test)")
+    # (a kernel that breaks v-scale alone: the kept case fails by the property's name)
+    kernel = violator(tmp_path, "v-scale")
+    kept = parse_spec(VIOLATORS["v-scale"][1] + ",relation=v-scale")
+    corpus.save(tmp_path / "corpus", kept, str(kernel), "property v-scale", "(a test)")
     out = tmp_path / "r.json"
     res = runner.invoke(app, ["check", "--kernel", str(kernel), "--corpus",
                               str(tmp_path / "corpus"), "--case", "family=x,batch=0",
@@ -127,10 +128,11 @@ def test_check_replays_a_corpus(tmp_path):
     assert res.exit_code == 1, res.output
     doc = json.loads(out.read_text())
     assert doc["suite"] == "cases"
-    assert {r["case"]: r["status"] for r in doc["records"]} == {
+    recs = {r["case"]: r for r in doc["records"]}
+    assert {c: r["status"] for c, r in recs.items()} == {
         kept.id: "fail", "x-b0-h8gqa4-q1-kv64-d64-f32": "pass"}
-    repro = next(r["repro"] for r in doc["records"] if r["case"] == kept.id)
-    assert repro == f"probe check --kernel {kernel} --case '{spec_of(kept)}'"
+    assert recs[kept.id]["reason"].startswith("property v-scale: ")
+    assert recs[kept.id]["repro"] == f"probe check --kernel {kernel} --case '{spec_of(kept)}'"
 
 
 # (some 30 s here: a fuzzing run's worker, its shrink, then check's)

@@ -1,21 +1,18 @@
 """Each metamorphic relation has a kernel that breaks it alone: on its case the kernel
 passes the oracle and every other relation, and the relation's check fails naming it
-(in this process: a few small cases per kernel); `probe check --case` reports it by
-name from a worker."""
+(in this process: a few small cases per kernel). (`probe check --corpus` reporting it
+by name from a worker: test_fuzz.py.)"""
 
 import dataclasses
-import json
 
 import pytest
 from fuzz_kernels import VIOLATORS, violator
-from typer.testing import CliRunner
 
 from sdpa_probe import native
 from sdpa_probe.backends import make, parse
 from sdpa_probe.cases.case import RELATIONS
 from sdpa_probe.cases.spec import parse_spec
 from sdpa_probe.check.relations import applies, run_case
-from sdpa_probe.cli import app
 from sdpa_probe.oracle import prepare_case
 
 
@@ -45,15 +42,3 @@ def test_violator_breaks_its_relation_alone(tmp_path, relation):
             assert rec.reason.startswith(f"property {relation}: "), rec.reason
     assert failed.pop(relation)
     assert not any(failed.values()), failed
-
-
-def test_check_case_reports_the_property_by_name(tmp_path):
-    kernel = violator(tmp_path, "v-scale")
-    spec = VIOLATORS["v-scale"][1] + ",relation=v-scale"
-    out = tmp_path / "r.json"
-    res = CliRunner().invoke(app, ["check", "--kernel", str(kernel), "--case", spec,
-                                   "--json", str(out), "--no-leak-check"])
-    assert res.exit_code == 1, res.output
-    (rec,) = json.loads(out.read_text())["records"]
-    assert rec["status"] == "fail"
-    assert rec["reason"].startswith("property v-scale: "), rec["reason"]
