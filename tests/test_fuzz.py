@@ -18,6 +18,7 @@ from sdpa_probe.cases import random_cases, suite
 from sdpa_probe.cases.spec import parse_spec, spec_of
 from sdpa_probe.check.relations import applies, run_case
 from sdpa_probe.cli import app
+from sdpa_probe.errors import ProbeError
 from sdpa_probe.fuzz import corpus
 from sdpa_probe.fuzz.coverage import coverage
 from sdpa_probe.fuzz.kinds import kind_of
@@ -174,3 +175,15 @@ def test_fuzz_usage_errors_exit_2(tmp_path):
 def test_a_replayed_case_is_the_case_fuzzing_found():
     c = dataclasses.replace(random_cases(3)[5], family="fuzz", relation="")
     assert parse_spec(spec_of(c)).id == c.id
+
+
+def test_a_harness_failure_stops_fuzzing_and_is_not_shrunk():
+    calls = []
+
+    def broken(case):
+        calls.append(case)
+        raise RuntimeError("a check worker failed to start")
+
+    with pytest.raises(ProbeError, match="fuzzing stopped: RuntimeError"):
+        Fuzzer(broken, None, 20, seed=0).run()
+    assert len(calls) == 1

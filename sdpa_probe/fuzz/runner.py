@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from ..cases import Case
+from ..errors import ProbeError
 from ..records import FAILING, Record
 from . import corpus
 from .kinds import exception_for, kind_of
@@ -27,6 +28,11 @@ from .space import cases
 ROUND_EXAMPLES = 25
 SHRINK_SECONDS = 300.0
 CONFIRM_RUNS = 3
+
+
+class HarnessStopped(BaseException):
+    """The harness itself failed (no worker could start): not a finding to shrink.
+    (A BaseException: hypothesis passes it through instead of shrinking it.)"""
 
 
 @dataclasses.dataclass
@@ -84,7 +90,10 @@ class Fuzzer:
             return  # (the round's remaining draws pass unrun: the budget is spent)
         if self.failing and time.monotonic() - self.t0 > self._shrink_until:
             return
-        records = self.run_job(case)
+        try:
+            records = self.run_job(case)
+        except Exception as exc:  # (the pool's own failure, not the kernel's)
+            raise HarnessStopped(f"{type(exc).__name__}: {exc}") from exc
         self.examples += 1
         self.cases.append(case)
         self.on_example(self.examples, case, records)
@@ -119,6 +128,8 @@ class Fuzzer:
         try:
             test()
         except BaseException as exc:  # noqa: BLE001 (what was found is in self.smallest)
+            if isinstance(exc, HarnessStopped):
+                raise ProbeError(f"fuzzing stopped: {exc}") from None
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
 
