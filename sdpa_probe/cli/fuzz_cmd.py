@@ -56,7 +56,7 @@ def fuzz_command(
     time_budget: str = typer.Option("60s", "--time", help="Budget for drawing cases: 60s, "
                                                           "5m, 1h (shrinking a failure "
                                                           "goes on past it)."),
-    max_examples: int = typer.Option(None, "--max-examples", min=1,
+    max_examples: int = typer.Option(None, "--max-examples", min=1, max=10**9,
                                      help="At most this many cases (with --time: whichever "
                                           "comes first)."),
     seed: int = typer.Option(0, "--seed", help="The same seed draws the same cases."),

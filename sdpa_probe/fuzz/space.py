@@ -84,7 +84,7 @@ def storage(draw, s: dict) -> dict:
 
 
 @st.composite
-def calling(draw, s: dict, with_relations: bool) -> dict:
+def calling(draw, s: dict) -> dict:
     n_threads = draw(st.sampled_from(THREADS))
     kind = draw(st.sampled_from(("plain", "reuse", "callers", "stack")))
     callers = 2 if kind == "callers" and s["layout"] != "far" else 1
@@ -100,7 +100,7 @@ def cases(draw, with_relations: bool = True, family: str = "fuzz") -> Case:
     s = draw(shapes())
     s |= draw(masking(s))
     s |= draw(storage(s))
-    s |= draw(calling(s, with_relations))
+    s |= draw(calling(s))
     case = Case(family, **s)
     if with_relations:
         rel = draw(st.sampled_from(("",) * 3 + RELATIONS))
