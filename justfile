@@ -17,6 +17,10 @@ check: setup
 test-slow: setup
     {{venv}}/bin/pytest -m slow
 
+# the speed regression guards (timed ratios): on a quiet machine
+test-perf: setup
+    {{venv}}/bin/pytest -m perf
+
 # per-op decode-step profile, decomposed vs fused attention
 profile: setup
     {{venv}}/bin/probe profile --model llama-3.2-1b --ab decomposed,fused --context 100,1000,2000

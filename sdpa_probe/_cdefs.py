@@ -37,6 +37,7 @@ typedef struct sdpa_probe_flash_opts { int64_t q_block; int64_t kv_block; int32_
   sdpa_probe_flash_opts;
 int sdpa_probe_flash_forward_ex(const sdpa_args *args, const sdpa_probe_flash_opts *opts);
 int sdpa_probe_flash_maskskip_forward_ex(const sdpa_args *args, const sdpa_probe_flash_opts *opts);
+const char *sdpa_probe_flash_bf16_why(void);
 int sdpa_probe_default_threads(void);
 int64_t sdpa_probe_align_up(int64_t x, int64_t a);
 void sdpa_probe_alloc_stats(int64_t *count, int64_t *bytes);
@@ -65,7 +66,7 @@ int sdpa_probe_bench_loop_fn(sdpa_probe_forward_fn fn, const sdpa_args *args, in
 # Feature bits of enum sdpa_probe_feature, in bit order.
 FEATURES = [
     "gqa-in-kernel", "gqa-broadcast", "causal", "mask", "strided", "online-softmax",
-    "mask-skip", "split-k", "per-token-i8", "alloc-per-block", "full-scores",
+    "mask-skip", "split-k", "per-token-i8", "alloc-per-block", "full-scores", "bf16-products",
 ]
 
 # The non-kernel parts of the library (decode building blocks, machine

@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from . import __version__, compiler_guard
+from . import __version__, build_progress, compiler_guard
 from .build_cache import (  # noqa: F401 (some re-exported: machine, last_failed)
     HASH_SUFFIX,
     build_root,
@@ -219,6 +219,7 @@ def _compile(spec: BuildSpec, module_name: str, cc: list[str], flags: list[str],
         os.environ["LDSHARED"] = compiler_guard.guarded_text(cxx or cc) + " -shared"
         os.environ.pop("CFLAGS", None)
         log_path = Path(tmp) / "build.log"
+        build_progress.watcher().linking(spec.stem)
         try:
             with open(log_path, "w") as log, _redirect_fd(1, log), _redirect_fd(2, log):
                 built = ffi.compile(tmpdir=tmp, verbose=False)
@@ -265,17 +266,24 @@ def _compile_objects(spec: BuildSpec, module_name: str, cc: list[str], flags: li
     jobs = [(src, tmp / f"{i}_{src.stem}.o") for i, src in enumerate(spec.sources)]
     order = sorted(jobs, key=lambda j: -j[0].stat().st_size)
 
-    def run(job: tuple[Path, Path]) -> subprocess.CompletedProcess:
-        src, obj = job
+    def command(src: Path, obj: Path) -> list[str]:
         if src.suffix in CXX_SUFFIXES and cxx:
             cmd = [*cxx, *OBJECT_FLAGS, *cxx_flags(flags)]
         else:
             cmd = [*cc, *OBJECT_FLAGS, *flags]
-        return compiler_guard.run([*cmd, *incs, "-c", str(src), "-o", str(obj)])
+        return [*cmd, *incs, "-c", str(src), "-o", str(obj)]
 
+    watch = build_progress.watcher()
+    commands = [command(src, obj) for src, obj in order]
+    for argv in commands:
+        watch.command(argv)
     try:
         with concurrent.futures.ThreadPoolExecutor(min(_build_jobs(), len(order) or 1)) as pool:
-            done = list(pool.map(run, order))
+            running = {pool.submit(compiler_guard.run, argv): src
+                       for argv, (src, _) in zip(commands, order, strict=True)}
+            for n, fut in enumerate(concurrent.futures.as_completed(running), 1):
+                watch.compiled(running[fut].name, n, len(order))
+            done = [fut.result() for fut in running]  # (in order's order: dicts keep it)
     except OSError as exc:
         raise BuildError(f"compiling {module_name} failed: {exc}") from None
     for (src, _), out in zip(order, done, strict=True):
@@ -332,12 +340,18 @@ def build(spec: BuildSpec, *, force: bool = False, cc: str | None = None,
                                    True, n > 0, reason, " ".join(cxx_cmd))
             clean_stale_builds(broot, module_name)
             t0 = time.perf_counter()
+            watch = build_progress.watcher()
+            watch.started(spec.stem, [s.name for s in spec.sources])
+            ok = False
             try:
                 with compiler_guard.interruptible():
                     _compile(spec, module_name, cc_cmd, flags, dest, cxx_cmd or None)
+                ok = True
             except BuildError as exc:
                 last_error = exc
                 continue
+            finally:  # (an interrupt too: the watcher's line is closed)
+                watch.finished(spec.stem, time.perf_counter() - t0, ok)
             return BuildResult(module_name, dest, " ".join(cc_cmd), cc_version, flags,
                                time.perf_counter() - t0, False, n > 0, reason, " ".join(cxx_cmd))
     assert last_error is not None

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from . import build, native
 from .errors import ProbeError
+from .host_load import LoadMonitor
 from .sandbox import meminfo
 
 MiB = 1 << 20
@@ -45,7 +46,6 @@ CVT_REPS = 8
 # stored dtypes whose elements a kernel converts to F32 (the kernels' own conversion)
 CONVERT_DTYPES = {"f16": native.F16, "bf16": native.BF16, "i8": native.I8}
 ROUNDS = 2  # the whole set twice, best of both: a burst of other work spoils only one
-BUSY_FRACTION = 0.1  # others (or the hypervisor) took this much of the CPUs: "busy"
 # A shared host's contention (another guest on the same memory controller) shows
 # in no CPU counter of ours: a ceiling this far below the best this CPU model
 # ever measured here counts as "busy" too.
@@ -261,46 +261,6 @@ def _check(status: int, what: str) -> None:
         raise ProbeError(f"micro-benchmark {what} failed: {reason}")
 
 
-def _cpu_ticks() -> tuple[int, int] | None:
-    """(busy, steal) clock ticks of all CPUs from /proc/stat."""
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()
-        v = [int(x) for x in fields[1:]]
-    except (OSError, ValueError, IndexError):
-        return None
-    if fields[0] != "cpu" or len(v) < 8:
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = v[:8]
-    return user + nice + system + irq + softirq, steal
-
-
-class LoadMonitor:
-    """How much CPU others used (and the hypervisor stole) while we measured."""
-
-    def __init__(self) -> None:
-        self.t0 = time.monotonic()
-        self.cpu0 = time.process_time()
-        self.ticks0 = _cpu_ticks()
-
-    def result(self) -> dict:
-        wall = time.monotonic() - self.t0
-        mine = time.process_time() - self.cpu0
-        ticks = _cpu_ticks()
-        if self.ticks0 is None or ticks is None or wall <= 0:
-            return {"other_cpu_fraction": None, "steal_fraction": None, "busy": False}
-        try:
-            hz = os.sysconf("SC_CLK_TCK")
-        except (ValueError, OSError):
-            hz = 100
-        capacity = wall * (os.cpu_count() or 1)
-        busy = (ticks[0] - self.ticks0[0]) / hz
-        steal = (ticks[1] - self.ticks0[1]) / hz
-        other = max(0.0, busy - mine) / capacity
-        stolen = max(0.0, steal) / capacity
-        return {"other_cpu_fraction": round(other, 3), "steal_fraction": round(stolen, 3),
-                "busy": other + stolen > BUSY_FRACTION}
-
-
 def measure(progress: Progress | None = None) -> dict:
     """Run the micro-benchmarks now (about a second) and return the roofline."""
     say = progress or (lambda _msg: None)
@@ -362,7 +322,7 @@ def measure(progress: Progress | None = None) -> dict:
         build_flags=list(res.flags),
         measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         measure_seconds=round(seconds, 3),
-        load=monitor.result(),
+        load=monitor.result(details),
         plan=p,
         details=details,
     )
@@ -424,9 +384,16 @@ def cache_path() -> Path:
     return roofline_dir() / f"roofline_{key}.json"
 
 
-def load_cached() -> dict | None:
-    """The cached roofline of this machine and build, or None."""
-    path = cache_path()
+def provisional_path(path: Path) -> Path:
+    """Where a roofline measured busy is kept until a quiet one replaces it (named
+    apart from roofline_*.json: best_ceilings does not read it)."""
+    return path.with_name("busy_" + path.name)
+
+
+def load_cached(path: Path | None = None) -> dict | None:
+    """The cached roofline of this machine and build, or None; a figure measured busy
+    is not the machine's (only its provisional file holds one)."""
+    path = path or cache_path()
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -435,6 +402,8 @@ def load_cached() -> dict | None:
     if (not isinstance(data, dict) or data.get("schema") != SCHEMA
             or data.get("cpu_model") != build.cpu_model() or data.get("module") != res.module_name
             or not all(isinstance(data.get(k), (int, float)) for k in ROOFLINE_KEYS)):
+        return None
+    if (data.get("load") or {}).get("busy") and not path.name.startswith("busy_"):
         return None
     return data
 
@@ -456,18 +425,35 @@ def roofline(refresh: bool = False, progress: Progress | None = None) -> dict:
     fma_gflops_all (GFLOP/s), cvt_{f16,bf16,i8}_gelems_{1t,all} (G elements/s
     converted to F32), ridge points, measurement details; "cached" says
     whether it came from the cache and "cache_path" where it is kept.
+
+    A measurement taken while the machine is busy (load.busy) is not cached as the
+    machine's figure: the last quiet one is returned instead, with "busy_measurement"
+    saying why the new one was dropped; with none, the busy one is returned and kept
+    as provisional ("provisional": true), and a later call measures again once the
+    machine is quiet.
     """
     path = cache_path()
     if not refresh:
-        data = load_cached()
+        data = load_cached(path)
         if data is not None:
             return data | {"cached": True, "cache_path": str(path)}
     with build.file_lock(path.with_suffix(".lock")):
         if not refresh:  # another process may have measured while we waited
-            data = load_cached()
+            data = load_cached(path)
             if data is not None:
                 return data | {"cached": True, "cache_path": str(path)}
+            interim = load_cached(provisional_path(path))
+            if interim is not None and LoadMonitor.now()["busy"]:  # (still busy: no use)
+                return interim | {"cached": True, "cache_path": str(path), "provisional": True}
         data = measure(progress)
         data = compare_with_best(data, best_ceilings(data["build_flags"]))
-        _store(path, data)
-    return data | {"cached": False, "cache_path": str(path)}
+        if not data["load"]["busy"]:
+            _store(path, data)
+            provisional_path(path).unlink(missing_ok=True)
+            return data | {"cached": False, "cache_path": str(path)}
+        quiet = load_cached(path)  # (with refresh: the machine's figure is still there)
+        if quiet is not None:
+            return quiet | {"cached": True, "cache_path": str(path),
+                            "busy_measurement": data["load"]}
+        _store(provisional_path(path), data)
+    return data | {"cached": False, "cache_path": str(path), "provisional": True}

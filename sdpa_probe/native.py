@@ -184,6 +184,13 @@ def builtin_kernels() -> dict[str, Kernel]:
     return out
 
 
+def flash_bf16_why() -> str | None:
+    """Why flash_bf16 refuses every call in this process (no AMX-BF16 tiles), or None."""
+    ffi, lib, _ = native_lib()
+    why = lib.sdpa_probe_flash_bf16_why()
+    return None if why == ffi.NULL else ffi.string(why).decode()
+
+
 def get_kernel(name: str) -> Kernel:
     kernels = builtin_kernels()
     if name not in kernels:
@@ -284,7 +291,7 @@ def _root_array(a: np.ndarray) -> np.ndarray:
 
 
 # (numpy 2 moved byte_bounds to numpy.lib.array_utils; numpy 1.26 has it at the top)
-_byte_bounds = getattr(np.lib, "array_utils", np).byte_bounds
+byte_bounds = getattr(np.lib, "array_utils", np).byte_bounds
 
 
 def _pointer(ffi, a: np.ndarray, keep: list):
@@ -295,8 +302,8 @@ def _pointer(ffi, a: np.ndarray, keep: list):
         return ffi.cast("char *", a.__array_interface__["data"][0])
     root = _root_array(a)
     if root is not a and root.flags.c_contiguous:
-        lo, hi = _byte_bounds(a)
-        rlo, rhi = _byte_bounds(root)
+        lo, hi = byte_bounds(a)
+        rlo, rhi = byte_bounds(root)
         if not (rlo <= lo and hi <= rhi):
             raise ValueError("view lies outside its base array")
         buf = ffi.from_buffer(root.reshape(-1).view(np.uint8))

@@ -18,6 +18,17 @@ class Prepared:
     data: object
     ref: object
     torch_err: float | None
+    products: str | None = None  # torch_err is torch's error computing in this dtype
+
+
+def for_products(prep: Prepared, products: str | None) -> Prepared:
+    """prep for a backend whose products round to `products` (NativeBackend.products):
+    torch_err becomes torch's own error computing in that dtype on the same inputs, the
+    yardstick such a kernel's error is stated and judged against."""
+    if products is None or prep.products == products or prep.ref is None:
+        return prep
+    return dataclasses.replace(prep, torch_err=torch_error(prep.data, prep.ref, products),
+                               products=products)
 
 
 def prepare_case(case: Case, golden=None) -> Prepared:

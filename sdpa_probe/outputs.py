@@ -36,7 +36,7 @@ def dumps(obj: Any) -> str:
     return json.dumps(_clean(obj), indent=2, allow_nan=False)
 
 
-def write_text(path: str, text: str) -> None:
+def write_text(path: str, text: str, force: bool = False) -> None:
     """Write text to a path, or to stdout for '-'; an OS error is a one-line ProbeError.
     The path is checked again (a file of the user's may have appeared there during the
     run), written to a temporary file beside it and renamed over it: never through a
@@ -46,7 +46,7 @@ def write_text(path: str, text: str) -> None:
         sys.stdout.flush()
         return
     p = Path(path).expanduser()
-    why = _refusal(p, ())
+    why = _refusal(p, (), force)
     if why is not None:
         raise ProbeError(f"cannot write {path}: {why} (it changed during the run; the report "
                          "was not written)")
@@ -73,23 +73,25 @@ def write_json(path: str, obj: Any) -> None:
     write_text(path, dumps(obj) + "\n")
 
 
-def check_writable(path: str | None, option: str, inputs=(), stdout_ok: bool = True) -> None:
+def check_writable(path: str | None, option: str, inputs=(), stdout_ok: bool = True,
+                   force: bool = False) -> None:
     """Before the work, not after it: an output PATH must be a new file, an empty one
     or a report this tool wrote earlier (rerunning a command overwrites its own
     output), in an existing, writable directory, and none of the command's input files
-    (a --kernel source); otherwise a one-line ProbeError naming the option."""
+    (a --kernel source); otherwise a one-line ProbeError naming the option. force: any
+    regular file may be replaced (--output --force), never an input or a link."""
     if path is None:
         return
     if path == "-":
         if not stdout_ok:
             raise ProbeError(f"cannot write {option} to stdout ('-'): give it a file")
         return
-    why = _refusal(Path(path).expanduser(), inputs)
+    why = _refusal(Path(path).expanduser(), inputs, force)
     if why is not None:
         raise ProbeError(f"cannot write {option} {path}: {why}")
 
 
-def _refusal(p: Path, inputs) -> str | None:
+def _refusal(p: Path, inputs, force: bool = False) -> str | None:
     """Why a report may not be written at p, or None."""
     parent = p.parent
     if p.is_symlink():
@@ -105,7 +107,7 @@ def _refusal(p: Path, inputs) -> str | None:
         why = f"{parent} is not a directory" if parent.exists() else f"no directory {parent}"
     elif not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
         why = "permission denied"
-    elif (foreign := _not_a_report(p)) is not None:
+    elif not force and (foreign := _not_a_report(p)) is not None:
         why = f"{foreign}; refusing to overwrite it (remove it, or choose another path)"
     else:
         why = _open_fails(p)
@@ -166,7 +168,9 @@ def _not_a_report(p: Path) -> str | None:
     except OSError as exc:
         return f"it exists and cannot be read ({exc.strerror})"
     head = text[:4096].lstrip()
-    if head.startswith("{"):
+    if head.startswith('{"probe": '):  # --format jsonl: each line names the command
+        ours = True
+    elif head.startswith("{"):
         try:
             ours = _is_report(json.loads(text))
         except ValueError:
@@ -175,8 +179,10 @@ def _not_a_report(p: Path) -> str | None:
         ours = '<testsuites name="probe check"' in head  # JUnit XML of probe check
     elif head.startswith("<svg"):
         ours = "<title>probe profile" in head  # probe profile --chart
-    elif head.startswith("#"):
-        ours = head.startswith("# probe check: conformance")  # (conformance.TITLE)
+    elif head.startswith("#"):  # the conformance report (conformance.TITLE), --format md,
+        ours = head.startswith("# probe ")  # a table written by --output
+    elif head.startswith("probe,"):  # --format csv: its first column names the command
+        ours = True
     else:  # probe profile --csv: its header row
         ours = head.startswith(PROFILE_CSV_HEAD)
     return None if ours else _NOT_A_REPORT

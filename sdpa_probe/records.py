@@ -37,6 +37,8 @@ class Record:
     torch_err: float | None = None            # torch's own max abs error on the case
     convention: str | None = None             # judged under the backend's convention (a
     #                                           pass there: the float64 oracle failed it)
+    products: str | None = None               # the dtype its products round to (flash_bf16:
+    #                                           bf16): tolerance and torch_err at that dtype
     seconds: float | None = None
     leak_bytes_per_call: int | None = None
     repeatable: bool | None = None            # False: a repeat passed but differed bit for bit

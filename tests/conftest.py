@@ -1,5 +1,13 @@
-import numpy as np
-import pytest
+import os
+
+# torch's OpenMP threads spin after each parallel op (the oracle's, made in this process
+# by tests that call a kernel here rather than in check's workers, which run torch on one
+# thread); on a busy machine a spinning thread waits for a CPU long enough for the
+# thread-use judge to count it against the kernel. Sleeping at once, they do not.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
 
 
 @pytest.fixture
@@ -23,8 +31,6 @@ needs_cxx = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
 def _last_check_file(tmp_path_factory):
     """`probe check` keeps its failures for --last-failed; the tests' runs keep theirs in
     a file of their own, not in the user's cache."""
-    import os
-
     saved = os.environ.get("SDPA_PROBE_LAST_CHECK")
     os.environ["SDPA_PROBE_LAST_CHECK"] = str(tmp_path_factory.mktemp("state") / "last.json")
     yield

@@ -10,7 +10,7 @@ from sdpa_probe.cli import app
 cli = CliRunner()
 TINY = ["--custom", "--layers", "2", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
         "--head-dim", "16", "--ffn", "96", "--vocab", "200"]
-FAST = ["--steps", "3", "--warmup", "1", "--threads", "1", "--no-roofline"]
+FAST = ["--steps", "3", "--warmup", "1", "--threads", "1", "--no-roofline", "--no-allocs"]
 DECOMPOSED_OPS = {"kv_read_cast", "rope_window", "gqa_broadcast", "pack_k", "qk_matmul",
                   "softmax", "pv_matmul", "rope_q"}
 COMMON_OPS = {"embed", "attn_norm", "q_proj", "k_proj", "v_proj", "kv_write", "o_proj",

@@ -229,7 +229,7 @@ def test_cli_headline_json():
 
 
 def test_cli_human_output_small():
-    res = runner.invoke(app, ["sizing", "-w", "8", "-c", "12", "--sink", "2", "--context", "20",
+    res = runner.invoke(app, ["sizing", "-w", "8", "--chunk", "12", "--sink", "2", "-c", "20",
                               "-p", "2x-window", "-p", "sink+window+chunk"],
                            env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output

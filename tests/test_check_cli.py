@@ -94,7 +94,7 @@ def test_check_usage_errors(argv, msg):
     assert "Traceback" not in res.output
 
 
-@pytest.mark.parametrize("columns,table", [("80", False), ("200", True)])
+@pytest.mark.parametrize("columns,table", [("80", False), ("400", True)])
 def test_failures_list_on_a_narrow_console_table_on_a_wide_one(tmp_path, monkeypatch,
                                                                 columns, table):
     """At 80 columns (a CI log) each failure is a line, its whole reason and its repro

@@ -69,7 +69,7 @@ def test_check_timeout_too_large(timeout):
     ["check", "--suite", "smoke", "-b", "flash", "--seed", "-1"],  # had been exit 1 (error)
     ["check", "--repro", CASE, "-b", "flash", "--seed", "-1"],     # had been a traceback
     ["run", "--seed", "-1"],                                        # had been exit 1 (error)
-    ["sizing", "-w", "4", "-c", "2", "--seed", "-1"],               # had been a traceback
+    ["sizing", "-w", "4", "--chunk", "2", "--seed", "-1"],               # had been a traceback
 ])
 def test_negative_seed(argv):
     _usage_error(argv, "--seed must be >= 0, got -1")

@@ -23,17 +23,18 @@ class StartedWork(Exception):
 
 
 # the first step of each command's real work; a value that reaches one was accepted
-WORK = [("sdpa_probe.cli.check_cmd", "run_check"), ("sdpa_probe.check.repro", "WorkerPool"),
-        ("sdpa_probe.cli.run_cmd", "check_and_time"), ("sdpa_probe.bench.host", "roofline"),
+# (check and run import their work where they run it: it is replaced at its source)
+WORK = [("sdpa_probe.check.run", "run_check"), ("sdpa_probe.check.repro", "WorkerPool"),
+        ("sdpa_probe.check.single", "check_and_time"), ("sdpa_probe.bench.host", "roofline"),
         ("sdpa_probe.cli.profile_cmd", "run_profile"), ("sdpa_probe.cli.profile_cmd", "_explore"),
         ("sdpa_probe.cli.profile_cmd", "_run_live"), ("sdpa_probe.sizing.report", "Simulator"),
         ("sdpa_probe.golden.regen", "plan_regen"), ("sdpa_probe.golden", "verify"),
         ("sdpa_probe.golden", "diff_sets"), ("sdpa_probe.build", "_compile"),
-        ("sdpa_probe.cli.fuzz_cmd", "LivePool")]
+        ("sdpa_probe.fuzz.live_pool", "LivePool")]
 
 CASE = "decode-h8gqa4-q1-kv129-d64-f32"  # of the smoke suite
 # what a command needs beside the option under test to get as far as its work
-BASE = {"sizing": ["-w", "4", "-c", "2"], "check": ["-b", "flash", "-k", "decode"],
+BASE = {"sizing": ["-w", "4", "--chunk", "2"], "check": ["-b", "flash", "-k", "decode"],
         "fuzz": ["-b", "flash"],
         "golden diff": [str(golden.default_dir())]}
 # options that only count together with another one

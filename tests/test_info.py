@@ -10,6 +10,7 @@ import json
 import shutil
 
 import pytest
+from test_roofline_load import QuietMonitor
 from typer.testing import CliRunner
 
 from sdpa_probe import machine, native
@@ -31,16 +32,20 @@ def measured(tmp_path_factory):
     d = tmp_path_factory.mktemp("roofline")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(machine, "roofline_dir", lambda: d)
+        mp.setattr(machine, "LoadMonitor", QuietMonitor)  # (the test host's load aside)
         doc = _info()
     return d, doc
 
 
 @pytest.fixture
 def roof_dir(tmp_path, monkeypatch, measured):
-    """A private roofline cache holding the module's measurement."""
+    """A private roofline cache holding the module's measurement; the host counts as
+    quiet (tests/test_roofline_load.py injects a busy one)."""
     d = tmp_path / "roofline"
     shutil.copytree(measured[0], d)
     monkeypatch.setattr(machine, "roofline_dir", lambda: d)
+    monkeypatch.setattr(machine, "LoadMonitor", QuietMonitor)
+    monkeypatch.setattr(machine, "BELOW_BEST_FRACTION", 0.0)  # (nor its memory's contention)
     return d
 
 
@@ -72,12 +77,14 @@ def test_sane_ranges(first):
     assert 0.1 < r["read_bw_gbs_all"] < 5000
     assert 0.1 < r["l2_read_bw_gbs"] < 50000
     assert 0.1 < r["fma_gflops_1t"] < 100000
-    # all threads should not be slower than one, give or take a noisy neighbour
-    assert r["fma_gflops_all"] >= 0.6 * r["fma_gflops_1t"]
+    # all threads should not be slower than one, give or take a noisy neighbour; on a
+    # machine the run itself found busy, others take the threads' CPUs (no comparison)
+    quiet = not r["load"]["busy"]
+    assert r["fma_gflops_all"] >= 0.6 * r["fma_gflops_1t"] or not quiet
     assert r["ridge_flops_per_byte_all"] > 0
     for dt in machine.CONVERT_DTYPES:  # elements converted per second: above 10 M, below FMA
         assert 0.01 < r[f"cvt_{dt}_gelems_1t"] < r["fma_gflops_1t"]
-        assert r[f"cvt_{dt}_gelems_all"] >= 0.6 * r[f"cvt_{dt}_gelems_1t"]
+        assert r[f"cvt_{dt}_gelems_all"] >= 0.6 * r[f"cvt_{dt}_gelems_1t"] or not quiet
     d = r["details"]
     assert set(d) == set(machine.ROOFLINE_KEYS)
     for key, item in d.items():
@@ -162,15 +169,15 @@ def test_parsers():
     assert machine._count_cpu_list("0,2,4-7\n") == 6
 
 
-def test_busy_measurement_warns(first, roof_dir):
+def test_a_busy_figure_in_the_cache_is_measured_again(first, roof_dir):
     (path,) = roof_dir.glob("roofline_*.json")
     data = json.loads(path.read_text())
     data["load"] = {"other_cpu_fraction": 0.5, "steal_fraction": 0.0, "busy": True}
     path.write_text(json.dumps(data))
     res = runner.invoke(app, ["info", "--json"])
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["roofline"]["load"]["busy"] is True
-    assert "busy" in res.stderr
+    roof = json.loads(res.stdout)["roofline"]
+    assert roof["cached"] is False and roof["load"]["busy"] is False
 
 
 def test_micro_benchmarks_refuse_bad_arguments_with_a_status():
@@ -205,6 +212,7 @@ def test_a_ceiling_well_below_this_machines_best_counts_as_busy():
 
 
 def test_info_warns_when_the_host_is_below_its_best(roof_dir, monkeypatch):
+    monkeypatch.setattr(machine, "BELOW_BEST_FRACTION", 0.85)
     # another build's roofline, measured on a quiet host, is in the cache
     quiet = json.loads(next(roof_dir.glob("roofline_*.json")).read_text())
     (roof_dir / "roofline_otherbuild.json").write_text(json.dumps(
@@ -214,8 +222,10 @@ def test_info_warns_when_the_host_is_below_its_best(roof_dir, monkeypatch):
     res = runner.invoke(app, ["info", "--refresh"])
     assert res.exit_code == 0, res.output
     assert "read_bw_gbs_all" in res.stderr and "best" in res.stderr
-    r = machine.load_cached()
-    assert r["load"]["busy"] is True and "read_bw_gbs_all" in r["load"]["below_best"]
+    # the measurement below the best is not kept: the quiet one stays this machine's
+    assert machine.load_cached()["measured_at"] == quiet["measured_at"]
+    r = machine.roofline(refresh=True)
+    assert "read_bw_gbs_all" in r["busy_measurement"]["below_best"]
 
 
 def test_compute_ceilings_are_compared_only_with_the_same_builds(roof_dir):

@@ -29,7 +29,8 @@ enum sdpa_probe_feature {
   SDPA_FEAT_SPLIT_K = 1 << 7,         /* splits long kv across threads, merges partial softmax */
   SDPA_FEAT_PER_TOKEN_I8 = 1 << 8,
   SDPA_FEAT_ALLOC_PER_BLOCK = 1 << 9, /* allocates its dequant buffer per key block */
-  SDPA_FEAT_FULL_SCORES = 1 << 10     /* materialises the [q_len, kv_len] score matrix */
+  SDPA_FEAT_FULL_SCORES = 1 << 10,    /* materialises the [q_len, kv_len] score matrix */
+  SDPA_FEAT_BF16_PRODUCTS = 1 << 11   /* rounds Q, K, P and V to BF16 for its products */
 };
 
 typedef struct sdpa_probe_kernel_info {
@@ -53,6 +54,8 @@ typedef struct sdpa_probe_flash_opts {
 } sdpa_probe_flash_opts;
 int sdpa_probe_flash_forward_ex(const sdpa_args *args, const sdpa_probe_flash_opts *opts);
 int sdpa_probe_flash_maskskip_forward_ex(const sdpa_args *args, const sdpa_probe_flash_opts *opts);
+/* Why flash_bf16 refuses every call here (no AMX-BF16 tiles for this process), or NULL. */
+const char *sdpa_probe_flash_bf16_why(void);
 
 /* Runtime. */
 int sdpa_probe_default_threads(void);

@@ -39,6 +39,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "flash_amx.h"
 #include "flash_internal.h"
 #include "flash_x512.h"
 
@@ -282,6 +283,8 @@ static void flash_task(void *vctx, int64_t t, int thread) {
     }
   }
 
+  if (c->amx) /* every row of the task is loaded: Q as the tiles' operands */
+    flash_amx_pack_q(tb.Q, c->G * qbr, D, tb.amx);
   if (c->x512) /* every row of the task is loaded: pack Q for the block path */
     flash_x512_pack_q(tb.Q, nh, c->R_max, D, c->iqk ? 2 * c->R_max * D : c->R_max * D, tb.qz,
                       tb.qs, tb.Qp);

@@ -20,6 +20,7 @@ typedef struct flash_cfg {
   int64_t kv_block;        /* 0: chosen from the shape (see below) */
   int32_t n_splits;        /* <= 0: choose */
   int32_t alloc_per_block; /* dequant buffers malloc'd per key block (ExecuTorch PR 15610) */
+  int32_t bf16_products;   /* prefill Q.K^T and P.V as BF16 products on the AMX tiles */
   const flash_mask_plan *plan;
 } flash_cfg;
 

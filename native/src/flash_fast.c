@@ -5,6 +5,7 @@
  * for every tile. */
 #include <math.h>
 
+#include "flash_amx.h"
 #include "flash_tiles.h"
 #include "flash_x512.h"
 
@@ -90,6 +91,10 @@ SDPA_INLINE void fc_softmax_tile(const int NR, float *SDPA_RESTRICT S, int64_t s
 
 void flash_fast_block(flash_ctx *c, thread_bufs *tb, int64_t b, int64_t hk, int64_t q0,
                       int64_t qbr, int64_t j0, int64_t j1, int mask_is_zero) {
+  if (c->amx) {
+    flash_amx_block(c, tb, b, hk, q0, qbr, j0, j1, mask_is_zero);
+    return;
+  }
   const sdpa_args *a = c->a;
   const int64_t D = c->D, nk = j1 - j0, kvp = kvb_pad(c->kvb), R = c->G * qbr;
   const int kdt = a->k.dtype, vdt = a->v.dtype;

@@ -30,6 +30,7 @@ typedef struct flash_scratch_layout {
   int64_t qf, qs, qz;       /* integer Q.K^T: per-row terms (qz: x512 only) */
   int64_t KT;               /* panel: K^T of a block */
   int64_t Kf, Vf;           /* a K / V block as F32 (panel: V; generic: K and V) */
+  int64_t amx;              /* BF16 products on the AMX tiles: flash_amx.c's operands */
   int64_t merge_acc, merge_l; /* the split-k merge pass, over the same scratch */
   int64_t floats;           /* per thread: the larger of a task's and the merge's */
 } flash_scratch_layout;
@@ -46,6 +47,7 @@ typedef struct {
   int panel;              /* fast path, many rows per head (prefill): K block transposed
                              (and V converted) once per block, GEMM-style score tiles */
   int panel16;            /* panel, AVX-512: the tile's products 16 lanes wide (flash_x512_panel.c) */
+  int amx;                /* panel16, BF16 products on the AMX tiles (flash_amx.c; flash_bf16) */
   int x512;               /* decode tasks on the AVX-512 block path (flash_x512_block.h): every kv
                              head of a key block at once, in memory order */
   char *scratch;
@@ -65,6 +67,7 @@ typedef struct {
   float *KT;         /* panel: the K block transposed, [D][kvp], dequantised */
   float *Qp, *mk;    /* x512: Q packed (flash_x512_pack_q), the block's mask [key][16] */
   int32_t *kz, *vz;  /* fast path, I8: per-key zero points of the block */
+  float *amx;        /* amx: the tiles' operands (flash_amx.c) */
 } thread_bufs;
 
 static inline int64_t kvb_pad(int64_t kvb) { return PAD16(kvb); }

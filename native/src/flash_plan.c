@@ -1,6 +1,7 @@
 /* The plan of a flash_core call: its configuration's defaults, the query and key
  * block sizes, the tasks (kv heads per task, key splits), which block path runs,
  * and the layout of each thread's scratch. */
+#include "flash_amx.h"
 #include "flash_internal.h"
 #include "flash_x512.h"
 
@@ -10,6 +11,7 @@ void flash_cfg_defaults(flash_cfg *cfg, const sdpa_probe_flash_opts *opts) {
   cfg->kv_block = 0; /* chosen from the shape */
   cfg->n_splits = 0;
   cfg->alloc_per_block = 0;
+  cfg->bf16_products = 0;
   cfg->plan = NULL;
   if (opts) {
     if (opts->q_block > 0) cfg->q_block = opts->q_block, cfg->q_block_auto = 0;
@@ -31,7 +33,7 @@ static void scratch_layout(const flash_ctx *c, flash_scratch_layout *L) {
   int64_t n = 0;
   *L = (flash_scratch_layout){.Q = -1, .acc = -1, .m = -1, .l = -1, .S = -1, .Qp = -1, .mk = -1,
                               .ksc = -1, .vsc = -1, .kz = -1, .vz = -1, .qf = -1, .qs = -1,
-                              .qz = -1, .KT = -1, .Kf = -1, .Vf = -1};
+                              .qz = -1, .KT = -1, .Kf = -1, .Vf = -1, .amx = -1};
   L->Q = take(&n, PAD16(RH * D));
   L->acc = take(&n, PAD16(RH * D));
   L->m = take(&n, PAD16(RH));
@@ -63,7 +65,9 @@ static void scratch_layout(const flash_ctx *c, flash_scratch_layout *L) {
       L->qf = take(&n, PAD16(RH));
       L->qs = take(&n, PAD16(RH));
     }
-    if (c->panel) {
+    if (c->amx) {
+      L->amx = take(&n, PAD16(flash_amx_scratch_floats(c->R_max, D, kvb)));
+    } else if (c->panel) {
       L->KT = take(&n, PAD16(D * kvp)); /* K^T of a block */
       if (a->v.dtype != SDPA_F32 || c->panel16) L->Vf = take(&n, PAD16(kvb * D)); /* V as F32 */
     }
@@ -135,6 +139,7 @@ void flash_setup(flash_ctx *c, const sdpa_args *a, const flash_cfg *cfg) {
                                 fast_dtype(a->k.dtype) && fast_dtype(a->v.dtype)));
   c->panel = c->fast && a->kv_len > 0 && c->hc == 1 && !c->x512;
   c->panel16 = c->panel && flash_x512_panel_available() && c->D % 16 == 0;
+  c->amx = cfg->bf16_products && c->panel16 && c->D % 32 == 0 && flash_amx_available();
 #ifdef FC_X86
   c->iqk = c->fast && !c->panel && a->kv_len > 0 && a->q.dtype == SDPA_I8 &&
            a->k.dtype == SDPA_I8 && c->D % 16 == 0 && c->D <= 256;
@@ -193,5 +198,6 @@ thread_bufs flash_scratch_bufs(const flash_ctx *c, float *base) {
   tb.KT = region(base, L->KT);
   tb.Kf = region(base, L->Kf);
   tb.Vf = region(base, L->Vf);
+  tb.amx = region(base, L->amx);
   return tb;
 }

@@ -9,6 +9,8 @@ int sdpa_probe_quant_int8_forward(const sdpa_args *a);
 int sdpa_probe_quant_int8_alloc_forward(const sdpa_args *a);
 int64_t sdpa_probe_decomposed_scratch(const sdpa_args *a);
 int64_t sdpa_probe_flash_scratch(const sdpa_args *a);
+int sdpa_probe_flash_bf16_forward(const sdpa_args *a);
+int64_t sdpa_probe_flash_bf16_scratch(const sdpa_args *a);
 int64_t sdpa_probe_quant_int8_scratch(const sdpa_args *a);
 int64_t sdpa_probe_quant_int8_alloc_scratch(const sdpa_args *a);
 
@@ -30,6 +32,11 @@ static const entry k_registry[] = {
      sdpa_probe_decomposed_forward, sdpa_probe_decomposed_scratch},
     {{"flash", "tiled online softmax, GQA in-kernel, split-k over long kv", FLOATS, FLASHF},
      sdpa_probe_flash_forward, sdpa_probe_flash_scratch},
+    {{"flash_bf16",
+      "flash with prefill's Q.K^T and P.V as BF16 products on the AMX tiles (F32 softmax and "
+      "accumulation); refuses every call where the AMX-BF16 tiles cannot be used",
+      FLOATS, FLASHF | SDPA_FEAT_BF16_PRODUCTS},
+     sdpa_probe_flash_bf16_forward, sdpa_probe_flash_bf16_scratch},
     {{"flash_maskskip", "flash + mask-range precompute: skips hidden key blocks and zero-mask adds",
       FLOATS, FLASHF | SDPA_FEAT_MASK_SKIP},
      sdpa_probe_flash_maskskip_forward, sdpa_probe_flash_maskskip_scratch},

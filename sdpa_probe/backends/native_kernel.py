@@ -41,8 +41,25 @@ class NativeBackend:
     def version(self) -> str:
         return f"{self.path} (built here)" if self.path else f"sdpa_probe {__version__}"
 
+    @property
+    def products(self) -> str | None:
+        """The dtype our kernel's products round to ("bf16" for flash_bf16), judged at
+        that precision (oracle.for_products); None: F32 products or a user's kernel."""
+        if self.path is not None:
+            return None
+        return "bf16" if "bf16-products" in self.kernel.info.features else None
+
     def supports(self, case) -> str | None:
         return None  # (the kernel answers for itself: SDPA_UNSUPPORTED is the ABI's way)
+
+    def why_refused(self) -> str:
+        """What SDPA_UNSUPPORTED means from this kernel: flash_bf16 says why it cannot use
+        the AMX tiles here."""
+        if self.products == "bf16":
+            why = native.flash_bf16_why()
+            if why:
+                return f"kernel returned SDPA_UNSUPPORTED: {why}"
+        return "kernel returned SDPA_UNSUPPORTED"
 
     def timer(self, shape, sets, threads: int) -> NativeParty:
         """Timed in the library's C loop (a user kernel through its sdpa_forward)."""
@@ -60,5 +77,5 @@ class NativeBackend:
         out.at_return = np.empty_like(out.arena)
         status = self.kernel.forward_watched(call.args, out.arena, out.at_return)
         if status == 1:
-            raise Unsupported("kernel returned SDPA_UNSUPPORTED")
+            raise Unsupported(self.why_refused())
         native.raise_for_status(status, self.name)

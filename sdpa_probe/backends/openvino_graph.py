@@ -15,6 +15,8 @@ import math
 
 import numpy as np
 
+from .. import native
+
 
 @dataclasses.dataclass(frozen=True)
 class Frame:
@@ -38,7 +40,7 @@ def _memory_end(a: np.ndarray) -> int:
     base = a
     while isinstance(base.base, np.ndarray):
         base = base.base
-    return int(np.lib.array_utils.byte_bounds(base)[1])
+    return int(native.byte_bounds(base)[1])
 
 
 def frame(a: np.ndarray) -> tuple[np.ndarray, Frame] | None:

@@ -106,10 +106,11 @@ def parse_list(texts: list[str] | None) -> list[BackendSpec]:
 
 
 def default_specs() -> list[BackendSpec]:
-    """What `probe check` runs when no backend is named: every native kernel and torch
-    (the runtimes are asked for by name, or with "all")."""
-    return [BackendSpec("native", n) for n in native.builtin_kernels()] + [
-        BackendSpec("registered", "torch")]
+    """What `probe check` runs when no backend is named: every native kernel at F32
+    precision and torch (the runtimes, and flash_bf16 with its BF16 products, are asked
+    for by name, or with "all")."""
+    return [BackendSpec("native", n) for n, k in native.builtin_kernels().items()
+            if "bf16-products" not in k.info.features] + [BackendSpec("registered", "torch")]
 
 
 def worker_groups(specs: list[BackendSpec]) -> list[list[str]]:

@@ -48,14 +48,15 @@ class TorchBackend:
                 q.permute(0, 2, 1, 3), k.permute(0, 2, 1, 3), v.permute(0, 2, 1, 3),
                 enable_gqa=True)
 
-    def run(self, data, out) -> None:
+    def run(self, data, out, compute: str | None = None) -> None:
+        """compute: the dtype torch computes in (default the case's output dtype)."""
         c = data.case
         why = self.supports(c)
         if why:
             raise Unsupported(why)
         # (a float query over an F16 cache: K and V cast up to Q's dtype, as a caller must;
         # an int8 query's output is F32)
-        dt = TORCH_DTYPES.get(c.out_dtype, torch.float32)
+        dt = TORCH_DTYPES[compute] if compute else TORCH_DTYPES.get(c.out_dtype, torch.float32)
         if data.mask is not None and dt != torch.float32:
             finite = data.mask[np.isfinite(data.mask)]
             lim = torch.finfo(dt).max
@@ -97,15 +98,17 @@ class TorchBackend:
         return PyParty("torch", fns)
 
 
-def torch_error(data, ref: np.ndarray) -> float | None:
+def torch_error(data, ref: np.ndarray, compute: str | None = None) -> float | None:
     """torch's own max abs error on this case, the yardstick for low precision and
     ill-conditioned cases (int8: its F32 SDPA on the dequantised values, as it runs
-    them; large logits over an int8 cache had no slack before)."""
+    them; large logits over an int8 cache had no slack before). compute: computing in
+    that dtype instead (the inputs rounded to it), the yardstick of a kernel whose
+    products round so."""
     if TorchBackend().supports(data.case):
         return None
     buf = out_buffer(data.case)
     try:
-        TorchBackend().run(data, buf)
+        TorchBackend().run(data, buf, compute)
     except Unsupported:
         return None
     err = np.abs(buf.values() - ref)

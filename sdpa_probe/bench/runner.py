@@ -14,6 +14,7 @@ from .. import TOOL, machine, native
 from ..backends import REGISTERED, Unsupported, executorch_version, is_kernel_file, parse
 from ..caller_state import Guard
 from ..errors import ProbeError, SdpaInvalid, SdpaUnsupported
+from ..id_filter import compile_filter, words
 from ..limits import check_threads
 from ..party import NativeParty, Party
 from ..trial_call import LEFT_CHANGED, trial_call
@@ -99,10 +100,12 @@ def first_call(party: NativeParty, left: dict[str, list[str]]) -> str | None:
 def run_bench(shape: str, kernels: Sequence[str] = (), peers: Sequence[str] = ("torch",),
               dtypes: Sequence[str] = (), threads: int = 0, cold: bool = False,
               rounds: int = 7, min_time: float = 0.05, progress: Progress | None = None,
-              allocs: bool = True, goals: bool = False) -> dict:
+              allocs: bool = True, goals: bool = False,
+              select: Sequence[str] = ()) -> dict:
     """`probe bench` from its options: the shapes a spec selects (presets, groups, custom
     names; only `dtypes` if given) checked against the kernels, then run(). goals: the
-    document also holds the project's own speed goals this run measured ("targets")."""
+    document also holds the project's own speed goals this run measured ("targets").
+    select: -k expressions over the shapes' names (id_filter)."""
     check_threads(threads)
     if not (math.isfinite(min_time) and min_time <= MAX_MIN_TIME):
         raise ProbeError(f"--min-time must be at most {MAX_MIN_TIME:g} seconds (a batch of "
@@ -110,13 +113,29 @@ def run_bench(shape: str, kernels: Sequence[str] = (), peers: Sequence[str] = ("
     for d in dtypes:
         if d not in DTYPES:
             raise ProbeError(f"unknown dtype {d!r}; known: {', '.join(DTYPES)}")
-    shapes = select_shapes(shape, list(dtypes) or None)
+    shapes = filter_shapes(select_shapes(shape, list(dtypes) or None), select)
     _check_kernels_take(kernels, shapes)
     doc = run(shapes, kernels=list(kernels) or None, peers=peers, threads=threads, cold=cold,
               rounds=rounds, min_time=min_time, progress=progress, allocs=allocs)
     if goals:
         doc["targets"] = measured_goals(doc)
     return doc
+
+
+def filter_shapes(shapes: list[Shape], select: Sequence[str]) -> list[Shape]:
+    """The shapes whose names match the -k expressions; none is a usage error (with a
+    word for the older -k KERNEL)."""
+    match = compile_filter(list(select))
+    if match is None:
+        return shapes
+    kept = [s for s in shapes if match(s.name)]
+    if not kept:
+        said = [w for e in select for w in words(e)]
+        kernel = [w for w in said if w in native.builtin_kernels() or is_kernel_file(w)]
+        hint = (f"; -k selects shapes by name, a kernel is --kernel {','.join(kernel)}"
+                if kernel else "")
+        raise ProbeError(f"no shape matches -k {' or '.join(map(repr, select))}{hint}")
+    return kept
 
 
 def _check_kernels_take(kernels: Sequence[str], shapes: list[Shape]) -> None:

@@ -46,21 +46,26 @@ ACCUM_ATOL = 2e-6
 SUBNORMAL_ULP = {"f32": 2.0 ** -149, "i8": 2.0 ** -149, "f16": 2.0 ** -24, "bf16": 2.0 ** -133}
 
 
-def tolerance(case: Case) -> tuple[float, float]:
+def tolerance(case: Case, products: str | None = None) -> tuple[float, float]:
     # (by Q's and the output's dtype: the cache's rounding is in the oracle's inputs, and
     # a float query over an F16 cache is computed and returned in F32, as torch would
-    # after casting K and V up)
+    # after casting K and V up; a kernel whose products round Q, K, P and V to a
+    # narrower dtype (`products`, flash_bf16's "bf16") gets at least that dtype's)
     atol, rtol = BASE_TOL[case.out_dtype]
+    if products is not None:
+        atol, rtol = max(atol, BASE_TOL[products][0]), max(rtol, BASE_TOL[products][1])
     atol += ACCUM_ATOL * (math.sqrt(max(1.0, case.kv_len / 64.0)) - 1.0)
     if case.v_magnitude != 1.0:
         atol = max(atol * case.v_magnitude, SUBNORMAL_ULP[case.out_dtype])
     return atol, rtol
 
 
-def judged_tolerance(case: Case, torch_err: float | None) -> tuple[float, float]:
+def judged_tolerance(case: Case, torch_err: float | None,
+                     products: str | None = None) -> tuple[float, float]:
     """(atol, rtol) a verdict applies: the case's tolerance, its atol at least
-    torch_mult(case) times torch's own error on the case where torch has one."""
-    atol, rtol = tolerance(case)
+    torch_mult(case) times torch's own error on the case where torch has one (with
+    `products`, torch's error computing in that dtype)."""
+    atol, rtol = tolerance(case, products)
     if torch_err is not None:
         atol = max(atol, torch_mult(case) * torch_err)
     return atol, rtol

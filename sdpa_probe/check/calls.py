@@ -20,7 +20,7 @@ from ..judge.convention import convention_of
 from ..judge.probes import LEAK_PROBE_MAX_SECONDS
 from ..judge.watched import judge_watched
 from ..native import describe_fp_change, fp_control, set_fp_control
-from ..oracle import Prepared, prepare_case
+from ..oracle import Prepared, for_products, prepare_case
 from ..records import Record, base_record
 
 
@@ -174,7 +174,7 @@ def _run_reused(backend, case: Case, prep: Prepared, keep_output: bool) -> Recor
     try:
         for name, a in bufs.items():
             np.copyto(a, new_bufs[name])
-        rec = _attempt(backend, case, Prepared(data, new.ref, new.torch_err), keep_output)
+        rec = _attempt(backend, case, dataclasses.replace(new, data=data), keep_output)
     finally:
         for name, a in bufs.items():
             np.copyto(a, saved[name])
@@ -191,6 +191,7 @@ def _attempt(backend, case: Case, prep: Prepared, keep_output: bool = False,
     """One call and its verdict; before_call runs just before the kernel is called."""
 
     rec = base_record(backend.name, case)
+    prep = for_products(prep, getattr(backend, "products", None))
     out = out_buffer(case)
     guard = InputGuard(prep.data)
     if before_call is not None:

@@ -169,10 +169,11 @@ class WorkerPool:
         slot.proc.join(2)
         self._kill(slot)
 
-    def run(self, work: list[tuple[Case, list[str]]], on_record) -> None:
+    def run(self, work: list[tuple[Case, list[str]]], on_record, stop=None) -> None:
         """Each (case, backend names) job on the workers; on_record(record) for every
-        backend of every job, as it comes. (Names as the records will carry them: a
-        kernel file's older `user:` form is read as the file.)"""
+        backend of every job, as it comes; once stop() says so, no job starts (those
+        running finish). (Names as the records will carry them: a kernel file's older
+        `user:` form is read as the file.)"""
         queue = collections.deque((case, [parse(n).name for n in names]) for case, names in work)
         # a job's calls: building the case, then each backend
         self.limits = sandbox.limits(self.n, self.timeout,
@@ -181,6 +182,8 @@ class WorkerPool:
         on_term = _end_on_sigterm()
         try:
             while queue or any(s.case is not None for s in self.slots):
+                if stop is not None and stop():
+                    queue.clear()
                 for s in self.slots:
                     if s.ready and s.case is None and queue:
                         case, names = queue.popleft()

@@ -6,6 +6,7 @@ options into a CheckRequest and renders the CheckResult."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,8 @@ from ..backends.registry import worker_groups
 from ..cases import DTYPES, SUITES, Case, all_cases, find_case, random_cases, suite
 from ..errors import ProbeError
 from ..golden import GoldenProblems, GoldenStore, default_dir, store, verify
-from ..records import Record
+from ..id_filter import compile_filter
+from ..records import FAILING, Record
 from ..report import check_document
 from ..sizing import run_suite as run_cache_sizing_suite
 from .pool import WorkerPool, malloc_debug_library
@@ -31,7 +33,7 @@ ALL_SUITES = (*SUITES, RANDOM_SUITE, *EXTRA_SUITES)
 class CheckRequest:
     specs: list[BackendSpec]
     suite_name: str = "default"
-    k: list[str] | None = None        # ids containing one of these
+    k: list[str] | None = None        # ids matching one of these -k expressions
     skip: list[str] | None = None     # ... and none of these
     dtypes: list[str] | None = None
     seed: int = 0
@@ -42,6 +44,7 @@ class CheckRequest:
     last_failed: bool = False
     isolate: bool = False
     leak_check: bool = True
+    maxfail: int = 0                  # stop starting cases after this many failures (0: never)
 
     @property
     def names(self) -> list[str]:
@@ -63,8 +66,15 @@ class CheckResult:
 
 
 def wanted(case_id: str, k: list[str] | None, skip: list[str] | None) -> bool:
-    """-k: the id contains one of these; --skip: it contains none of those."""
-    return (not k or any(s in case_id for s in k)) and not any(s in case_id for s in skip or ())
+    """-k: the id matches one of these expressions (id_filter: words, and, or, not, as
+    pytest's -k); --skip: it contains none of those."""
+    match = _filter(tuple(k or ()))
+    return (match is None or match(case_id)) and not any(s in case_id for s in skip or ())
+
+
+@functools.lru_cache(maxsize=16)
+def _filter(k: tuple[str, ...]):
+    return compile_filter(list(k))
 
 
 def parse_dtypes(specs: list[str] | None) -> list[str] | None:
@@ -173,6 +183,9 @@ def run_check(req: CheckRequest, cases: list[Case],
         records.append(rec)
         on_record(rec)
 
+    def stop() -> bool:  # --maxfail: no new case once this many failed
+        return bool(req.maxfail) and sum(r.status in FAILING for r in records) >= req.maxfail
+
     t0 = time.perf_counter()
     if cases:
         setup = req.worker_setup()
@@ -180,8 +193,13 @@ def run_check(req: CheckRequest, cases: list[Case],
             setup["golden"] = str(golden.root.resolve())
         for names in worker_groups(req.specs):  # (one pool each: registry.worker_groups)
             WorkerPool(jobs=req.jobs, timeout=req.timeout, setup=setup,
-                       fresh_per_job=req.isolate).run([(c, names) for c in cases], collect)
-    if runs_cache_sizing(req):
+                       fresh_per_job=req.isolate).run([(c, names) for c in cases], collect,
+                                                      stop)
+    if stop():
+        ran = {r.case for r in records}
+        notes.append(f"stopped after {req.maxfail} failure(s) (--maxfail): "
+                     f"{sum(c.id not in ran for c in cases)} case(s) not run")
+    elif runs_cache_sizing(req):
         # -k, --skip (and --last-failed) filter these records by id too
         records += [r for r in cache_sizing_records(req.specs)
                     if wanted(r.case, req.k, req.skip)

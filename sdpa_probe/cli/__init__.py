@@ -7,18 +7,21 @@ import sys
 
 import typer
 
-from .. import __version__
+from .. import __version__, build_progress
 from ..errors import ProbeError
 from .output import native_stdout_to_stderr
+from .progress import BuildProgress
 
 
-def typer_app(name: str, help: str) -> typer.Typer:
-    """A Typer app with the settings every `probe` command group shares."""
-    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=False,
-                       pretty_exceptions_enable=False, rich_markup_mode="rich")
+def typer_app(name: str, help: str, completion: bool = False) -> typer.Typer:
+    """A Typer app with the settings every `probe` command group shares (completion:
+    the --install-completion and --show-completion options, the root's alone)."""
+    return typer.Typer(name=name, help=help, no_args_is_help=True, add_completion=completion,
+                       pretty_exceptions_enable=False, rich_markup_mode=None)
 
 
-app = typer_app("probe", "Profile and check CPU scaled-dot-product attention (SDPA) kernels.")
+app = typer_app("probe", "Profile and check CPU scaled-dot-product attention (SDPA) kernels.",
+                completion=True)
 
 
 def _print_version(asked: bool) -> None:
@@ -28,9 +31,14 @@ def _print_version(asked: bool) -> None:
 
 
 @app.callback()
-def _options(version: bool = typer.Option(False, "--version", callback=_print_version,
-                                          is_eager=True, help="Print the version and exit.")):
+def _options(ctx: typer.Context,
+             version: bool = typer.Option(False, "--version", callback=_print_version,
+                                          is_eager=True, help="Print the version and exit."),
+             verbose: bool = typer.Option(False, "--verbose", "-v",
+                                          help="Also show each compiler command of a build.")):
     """Profile and check CPU scaled-dot-product attention (SDPA) kernels."""
+    # a native build anywhere in the command shows its progress on stderr
+    ctx.with_resource(build_progress.watching(BuildProgress(verbose)))
 
 
 def guarded(fn):

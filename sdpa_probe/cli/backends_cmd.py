@@ -6,7 +6,6 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from ..backends.inventory import describe, specs_known
 from . import command
 from .output import Output
 
@@ -18,6 +17,9 @@ def backends_command(
     json_out: bool = typer.Option(False, "--json", help="Print the list as JSON."),
 ) -> None:
     """List every backend: available here or why not, and its version."""
+    # deferred: the backends import torch (seconds); probe --help imports none
+    from ..backends.inventory import describe, specs_known
+
     out = Output(json_out)
     rows = describe(specs_known())
     if json_out:

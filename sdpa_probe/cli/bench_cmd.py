@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 
-from .. import bench, sandbox
-from ..backends import is_kernel_file
+from .. import sandbox, tables
 from ..errors import ProbeError
+from ..tables import Col, Sheet
 from . import command
+from .baseline_opts import COMPARE, SAVE_BASELINE, after_run, before_run, compare_sheet
+from .formats import (
+    FORCE,
+    FORMAT,
+    OUTPUT,
+    JsonPathCommand,
+    check_format,
+    deliver,
+    json_option,
+    stdout_is_data,
+)
 from .output import Output, check_writable, human_bytes
 from .pass_env import PASS_ENV
 
@@ -30,25 +40,26 @@ def _noisy(text: str, stats: dict) -> str:
     return f"[yellow]{text}[/]" if stats.get("noisy") else text
 
 
-def _table(doc: dict) -> Table:
+# the bench table's drop order at a narrow width (tables.fit): these leave first;
+# shape, kernel, the median and the ratios against each peer are never dropped
+_DROP = {"DRAM run": 1, "limit (L2 µs)": 2, "IQR µs": 3, "GB/s": 4, "bound": 5,
+         "roofline": 6, "peer µs": 7, "DRAM": 8}
+
+
+def _table(doc: dict) -> Sheet:
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
     peers = bench.ratio_columns(doc)
     mode = "cold (rotating inputs > last-level cache)" if doc["mode"] == "cold" else \
         "warm (inputs reused every call)"
-    t = Table(title=f"probe bench: {mode}, {doc['threads']} threads, median of "
-                    f"{doc['rounds']} interleaved rounds", title_justify="left")
-    t.add_column("shape", style="bold")
-    t.add_column("kernel")
-    t.add_column("median µs", justify="right")
-    t.add_column("IQR µs", justify="right")
-    t.add_column("GB/s", justify="right")
-    t.add_column("DRAM", justify="right")
-    t.add_column("DRAM run", justify="right")  # against the read benchmark of the same rounds
-    t.add_column("roofline", justify="right")
-    t.add_column("bound")
-    t.add_column("limit (L2 µs)")  # measured: against the same kernel with K / V in L2
+    cols = [Col("shape", "id", style="bold"), Col("kernel", "id"), Col("median µs")]
+    cols += [Col(h, "text" if h == "limit (L2 µs)" else ("id" if h == "bound" else "num"),
+                 drop=_DROP[h])
+             for h in ("IQR µs", "GB/s", "DRAM", "DRAM run", "roofline", "bound",
+                       "limit (L2 µs)")]
     for p in peers:
-        t.add_column(f"{p} µs", justify="right")
-        t.add_column(f"vs {p}", justify="right")
+        cols += [Col(f"{p} µs", drop=_DROP["peer µs"]), Col(f"vs {p}")]
+    t = Sheet(cols, title=f"probe bench: {mode}, {doc['threads']} threads, median of "
+                          f"{doc['rounds']} interleaved rounds")
     for r in doc["results"]:
         row = [r["shape"], r["kernel"], _us(r["median_us"]), _noisy(_us(r["iqr_us"]), r),
                f"{r['gb_s']:.1f}", _pct(r["dram_pct"]), _pct(r.get("dram_pct_same_run")),
@@ -77,35 +88,31 @@ def _allocs_cell(c: dict | None) -> str:
     return text if t < 0.5 else f"{text}, [yellow]{t:g} threads[/]"
 
 
-def _allocs_table(doc: dict) -> Table | None:
+def _allocs_table(doc: dict) -> Sheet | None:
     """Heap allocations per call, the kernel's and each peer's, a row per result."""
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
     rows = [r for r in doc["results"] if r.get("allocs") is not None
             or any(ps.get("allocs") is not None for ps in r["peers"].values())]
     if not rows:
         return None
     peers = [p for p in bench.ratio_columns(doc) if p != bench.F32_REFERENCE]
-    t = Table(title="heap allocations per call (malloc / new / aligned, every thread; "
-                    "bytes asked for), and threads started per call", title_justify="left")
-    t.add_column("shape", style="bold")
-    t.add_column("kernel")
-    t.add_column("kernel allocs", justify="right")
-    for p in peers:
-        t.add_column(f"{p} allocs", justify="right")
+    t = Sheet([Col("shape", "id", style="bold"), Col("kernel", "id"),
+               Col("kernel allocs", "text")] + [Col(f"{p} allocs", "text") for p in peers],
+              title="heap allocations per call (malloc / new / aligned, every thread; "
+                    "bytes asked for), and threads started per call")
     for r in rows:
         t.add_row(r["shape"], r["kernel"], _allocs_cell(r.get("allocs")),
                   *(_allocs_cell(r["peers"].get(p, {}).get("allocs")) for p in peers))
     return t
 
 
-def _goals_table(doc: dict) -> Table:
+def _goals_table(doc: dict) -> Sheet:
     """The project's own kernel-speed targets this run measured: figure, goal, met
     (docs/performance.md)."""
-    t = Table(title=f"kernel-speed targets measured in this run ({doc['mode']}; goals in "
-                    "docs/performance.md)", title_justify="left")
-    t.add_column("target", style="bold")
-    t.add_column("measured", justify="right")
-    t.add_column("goal", justify="right")
-    t.add_column("met", justify="center")
+    t = Sheet([Col("target", "text", style="bold"), Col("measured"), Col("goal"),
+               Col("met", "id", justify="center")],
+              title=f"kernel-speed targets measured in this run ({doc['mode']}; goals in "
+                    "docs/performance.md)")
     for g in doc["targets"]:
         pct = g["unit"] == "fraction"
         t.add_row(g["target"], f"{g['value']:.0%}" if pct else f"{g['value']:.2f}x",
@@ -116,6 +123,7 @@ def _goals_table(doc: dict) -> Table:
 
 def _legend(out: Output, doc: dict) -> None:
     """What the % columns are held against, and the core's FMA rate of the same rounds."""
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
     roof = doc["roofline"]
     if roof:
         bw = roof["read_bw_gbs_all" if doc["threads"] > 1 else "read_bw_gbs_1t"]
@@ -137,22 +145,34 @@ def _legend(out: Output, doc: dict) -> None:
 
 
 def _render(out: Output, doc: dict, json_path: str | None) -> None:
-    """The notes, the JSON if asked, and the tables (not when the JSON goes to stdout)."""
+    """The notes, the JSON if asked, and the tables (not when stdout is a document),
+    then the --format output."""
     for note in doc["notes"]:
         out.warn(note)
     if json_path:
         out.write_json(json_path, doc)
-    if json_path == "-":
-        return
-    if not out.out.is_terminal:  # piped into a file: do not fold the table to 80 columns
-        out.out.width = max(out.out.width, 170)
-    out.print(_table(doc))
-    _legend(out, doc)
-    at = _allocs_table(doc)
-    if at is not None:
-        out.print(at)
-    if doc.get("targets"):  # (only with --goals)
-        out.print(_goals_table(doc))
+    if not out.json_mode:
+        for sheet in _sheets(doc):
+            out.table(sheet)
+            if sheet.title.startswith("probe bench:"):
+                _legend(out, doc)
+    deliver(out, out.fmt, out.output, "bench", doc, lambda: _rows(doc),
+            lambda: "# probe bench\n\n" + "\n".join(tables.markdown(s) for s in _sheets(doc)))
+
+
+def _sheets(doc: dict) -> list[Sheet]:
+    """The bench table, the allocations table, (with --goals) the targets' and (with
+    --compare) the comparison with a saved run."""
+    sheets = [_table(doc), _allocs_table(doc)]
+    if doc.get("targets"):
+        sheets.append(_goals_table(doc))
+    sheets.append(compare_sheet(doc))
+    return [s for s in sheets if s is not None]
+
+
+def _rows(doc: dict) -> list[dict]:
+    """A row per (shape, kernel) for csv / jsonl: its figures, each peer's flattened."""
+    return [dict(r) for r in doc["results"]]
 
 
 def _exit_status(doc: dict) -> None:
@@ -177,15 +197,16 @@ def _exit_status(doc: dict) -> None:
 
 
 def _list_presets(out: Output) -> None:
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
     for name, s in bench.PRESETS.items():
         groups = [g for g, f in bench.GROUPS.items() if g != "all" and f(s)]
         out.print(f"{name}  [dim]{' '.join(groups)}[/]")
 
 
-@command("bench")
+@command("bench", cls=JsonPathCommand)
 def bench_command(
     kernel: str = typer.Option(
-        None, "--kernel", "-k",
+        None, "--kernel",
         help="Kernels to time, comma-separated: registered names (probe kernels) or "
              ".c / .cpp / .so files implementing sdpa_forward (default: flash for float "
              "shapes, quant_int8 for int8 shapes)."),
@@ -199,6 +220,10 @@ def bench_command(
         help="Comma-separated presets, groups (all, decode, prefill, targets, quick) or "
              "custom names such as decode-h32kv8d64-kv4096-f16 or "
              "prefill-h8kv2d64-q128-kv1024-causal-f32."),
+    select: list[str] = typer.Option(
+        None, "-k", metavar="EXPRESSION",
+        help="Only shapes whose name matches, as pytest's -k: words with and, or, not and "
+             "parentheses (-k 'kv8192 and not i8'; several -k: any of them)."),
     dtype: str = typer.Option(None, "--dtype", help="Keep only these dtypes (f32,f16,bf16,i8)."),
     threads: int = typer.Option(0, "--threads", "-t",
                                 help="Threads for the native kernels and torch (0: all cores)."),
@@ -208,8 +233,9 @@ def bench_command(
                                help="Interleaved rounds per shape."),
     min_time: float = typer.Option(0.05, "--min-time", min=0.0,
                                    help="Seconds each party runs per round (at least one call)."),
-    json_path: str = typer.Option(None, "--json",
-                                  help="Write the results as JSON to PATH ('-': stdout)."),
+    json_path: str = json_option("the results as JSON"),
+    fmt: str = FORMAT, output: str = OUTPUT, force: bool = FORCE,
+    save_baseline: str = SAVE_BASELINE, compare: str = COMPARE,
     list_presets: bool = typer.Option(False, "--list", help="List the preset shapes and exit."),
     allocs: bool = typer.Option(True, "--allocs/--no-allocs",
                                 help="Also count every party's heap allocations per call "
@@ -228,7 +254,12 @@ def bench_command(
 
     Ratio = peer median / kernel median: above 1 the native kernel is faster.
     """
-    out = Output(json_path == "-")
+    from .. import bench  # deferred: it imports torch (seconds); probe --help imports none
+    from ..backends import is_kernel_file  # deferred, as bench
+
+    inputs = [s for s in _split(kernel) + _split(vs) if is_kernel_file(s)]
+    check_format(fmt, output, json_path, force=force, inputs=inputs)
+    out = Output(stdout_is_data(fmt, output, json_path), fmt, output, force)
     sandbox.pass_env(pass_env)
     for option, value in (("--kernel", kernel), ("--dtype", dtype)):
         if value is not None and not _split(value):  # (else read as not given)
@@ -236,11 +267,12 @@ def bench_command(
     if list_presets:
         _list_presets(out)
         return
-    check_writable(json_path, "--json",
-                   inputs=[s for s in _split(kernel) + _split(vs) if is_kernel_file(s)])
+    check_writable(json_path, "--json", inputs=inputs)
+    base = before_run("bench", save_baseline, compare, force)
     out.warn_if_portable()
     doc = bench.run_bench(shape, kernels=_split(kernel), peers=_split(vs), dtypes=_split(dtype),
                           threads=threads, cold=cold, rounds=rounds, min_time=min_time,
-                          progress=out.note, allocs=allocs, goals=goals)
+                          progress=out.note, allocs=allocs, goals=goals, select=select or ())
+    after_run(out, "bench", doc, save_baseline, base)
     _render(out, doc, json_path)
     _exit_status(doc)

@@ -4,63 +4,68 @@ options become a CheckRequest for check.run; the records are shown by check_rend
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .. import conformance, native, sandbox
-from ..backends import BackendSpec, default_specs, parse, parse_list
-from ..check.run import (
-    EXTRA_SUITES,
-    RANDOM_SUITE,
-    CheckRequest,
-    CheckResult,
-    last_failed_filter,
-    parse_dtypes,
-    run_check,
-    select_cases,
-)
+from .. import native, sandbox
 from ..errors import ProbeError
-from ..fuzz.stress import DEFAULT_ROUNDS
 from ..golden import default_dir, store
+from ..id_filter import compile_filter
 from ..limits import check_seed
 from ..outputs import write_text
-from ..records import Record
-from ..report import exit_code, write_junit
 from . import command
-from .check_given import given_cases, show_coverage, spec_repros, stress_after
-from .check_render import STATUS_STYLE, show_result
-from .check_render import list_cases as show_cases
+from .formats import (
+    FORMAT,
+    OUTPUT,
+    JsonPathCommand,
+    check_format,
+    deliver,
+    json_option,
+    stdout_is_data,
+)
 from .output import Output, check_writable, path_option
 from .pass_env import PASS_ENV
-from .repro import run_repro
 
+if TYPE_CHECKING:
+    from ..backends import BackendSpec
+    from ..check.run import CheckRequest, CheckResult
+    from ..records import Record
+
+STRESS_ROUNDS = 20  # --stress-rounds' default (fuzz.stress.DEFAULT_ROUNDS: not imported
+#                     here, its package imports torch)
 MAX_TIMEOUT = 86400
 MAX_JOBS = 1024  # worker processes: past any machine's cores
+MAX_FAIL = 1 << 30  # --maxfail: past any suite's size
 
 
 # why long: its options are its signature (typer)
-@command("check")
+@command("check", cls=JsonPathCommand)
 def check_command(
-    backend: list[str] = typer.Option(None, "--backend", "-b",
+    backend: list[str] = typer.Option(None, "--backend", "-b", metavar="NAME",
                                       help="Backend(s) from `probe backends`, or all (every "
                                            "one that can run here). Repeat or comma-separate."),
     kernel: Path = typer.Option(None, "--kernel",
                                 help="Your kernel: a .c, .cpp or .so implementing sdpa_forward "
                                      "(native/include/sdpa_probe.h)."),
-    k: list[str] = typer.Option(None, "-k", help="Only cases whose id contains this (repeatable)."),
-    skip: list[str] = typer.Option(None, "--skip",
+    k: list[str] = typer.Option(None, "-k", metavar="EXPRESSION",
+                                help="Only cases whose id matches, as pytest's -k: words "
+                                     "matched in the id, with and, or, not and parentheses "
+                                     "(-k 'decode and not f16'; several -k: any of them)."),
+    skip: list[str] = typer.Option(None, "--skip", metavar="TEXT",
                                    help="Leave out cases whose id contains this (repeatable; "
                                         "e.g. -c2 for a kernel not meant to be called from "
                                         "two threads at once)."),
-    dtype: list[str] = typer.Option(None, "--dtype", help="Only these storage dtypes: "
-                                                          "f32,f16,bf16,i8."),
+    dtype: list[str] = typer.Option(None, "--dtype", metavar="DTYPES",
+                                    help="Only these storage dtypes: f32,f16,bf16,i8."),
     suite_name: str = typer.Option("default", "--suite",
                                    help="smoke | default | full | random (64 cases drawn from "
                                         "the whole parameter space, a new slice per --seed) | "
                                         "cache-sizing"),
     seed: int = typer.Option(0, "--seed", help="Offset added to every case's seed."),
-    json_path: str = typer.Option(None, "--json", help="Write the JSON record here ('-': stdout)."),
+    json_path: str = json_option("the records as JSON"),
+    fmt: str = FORMAT, output: str = OUTPUT,
     junit: str = typer.Option(None, "--junit", help="Write JUnit XML here."),
     report: str = typer.Option(None, "--report",
                                help="Write the conformance report here, in Markdown: per "
@@ -76,13 +81,14 @@ def check_command(
     timeout: float = typer.Option(60.0, "--timeout", min=0.1,
                                   help="Seconds per (backend, case) before it is a timeout."),
     repro: str = typer.Option(None, "--repro", help="Rerun one case id and show where it fails."),
-    after: list[str] = typer.Option(None, "--after",
+    after: list[str] = typer.Option(None, "--after", metavar="CASE_ID",
                                     help="With --repro: run these case ids first, in the same "
                                          "process (a failure that depends on an earlier call; "
                                          "check's records name the case)."),
     save: str = typer.Option(None, "--save", help="With --repro: write inputs, reference and "
                                                    "a torch-only script to this directory."),
-    force: bool = typer.Option(False, "--force", help="With --save: overwrite existing files."),
+    force: bool = typer.Option(False, "--force", help="With --save: overwrite existing files; "
+                                                      "with --output: replace any file."),
     golden: bool = typer.Option(False, "--golden",
                                 help="Check against the stored golden references (probe golden) "
                                      "instead of recomputing the oracle."),
@@ -117,8 +123,13 @@ def check_command(
     stress: bool = typer.Option(False, "--stress",
                                 help="After the run, each threaded or concurrent case again "
                                      "under varied scheduling (--stress-rounds times)."),
-    stress_rounds: int = typer.Option(DEFAULT_ROUNDS, "--stress-rounds", min=1, max=100000,
+    stress_rounds: int = typer.Option(STRESS_ROUNDS, "--stress-rounds", min=1, max=100000,
                                       help="Rounds per case with --stress."),
+    exitfirst: bool = typer.Option(False, "--exitfirst", "-x",
+                                   help="Stop at the first failure (--maxfail 1)."),
+    maxfail: int = typer.Option(0, "--maxfail", min=0, max=MAX_FAIL, metavar="N",
+                                help="Start no case after N failures, crashes or timeouts "
+                                     "(0: run them all)."),
     list_cases: bool = typer.Option(False, "--list",
                                     help="List the cases the filters select (ids, tolerances, "
                                          "FLOPs, bytes; --json - for their parameters) and "
@@ -128,15 +139,30 @@ def check_command(
 
     Exit code 0: every case passed (unsupported allowed); 1: a case failed, crashed or
     timed out; 2: usage error."""
-    out = Output(json_mode="-" in (json_path, report))  # (stdout is the document's)
+    # deferred, each: the check imports torch (seconds); probe --help imports none
+    from .. import conformance  # (deferred)
+    from ..check.run import (  # (deferred)
+        EXTRA_SUITES,
+        RANDOM_SUITE,
+        CheckRequest,
+        last_failed_filter,
+        parse_dtypes,
+        select_cases,
+    )
+    from ..report import exit_code, write_junit  # (deferred)
+    from .check_render import cases_markdown, show_result  # (deferred)
+    from .check_render import list_cases as show_cases  # (deferred)
+    from .repro import run_repro  # (deferred)
+
+    check_format(fmt, output, json_path, force=force, inputs=[kernel], other_stdout=(
+        "report" if report == "-" else None,))
+    out = Output(report == "-" or stdout_is_data(fmt, output, json_path), fmt, output, force)
     sandbox.pass_env(pass_env)
     save, golden_dir = path_option(save, "--save"), path_option(golden_dir, "--golden-dir")
     _check_options(save, repro, after, seed, timeout, k)
     check_writable(json_path, "--json", inputs=[kernel])
     check_writable(junit, "--junit", inputs=[kernel], stdout_ok=False)
     check_writable(report, "--report", inputs=[kernel])
-    if report == "-" and json_path == "-":
-        raise ProbeError("--json - and --report - both want stdout: give one of them a file")
     golden = golden or golden_dir is not None
     if golden and suite_name == RANDOM_SUITE:
         raise ProbeError("--golden: the random suite has no golden data (its references are "
@@ -149,12 +175,16 @@ def check_command(
         store(golden_dir if golden_dir is not None else default_dir())
     req = CheckRequest(_backend_specs(backend, kernel, out), suite_name, k, skip,
                        parse_dtypes(dtype), seed, jobs, timeout, golden, golden_dir,
-                       last_failed, isolate, not no_leak_check)
+                       last_failed, isolate, not no_leak_check,
+                       maxfail=1 if exitfirst and not maxfail else maxfail)
     out.warn_if_portable()
     if repro is not None:
         raise typer.Exit(run_repro(out, repro, req.names, save, force, timeout, seed,
                                    req.worker_setup(), after=after or [],
-                                   json_path=json_path))
+                                   json_path=json_path))  # (--format: run_repro's)
+    # (deferred, as run_check: the fuzz package's cases import torch)
+    from .check_given import given_cases, show_coverage, spec_repros, stress_after
+
     given = given_cases(case_arg, path_option(corpus, "--corpus"), req)
     cases, notes, keep_ids = (select_cases(req) if given is None else given), [], None
     if req.last_failed:
@@ -166,7 +196,8 @@ def check_command(
         if suite_name in EXTRA_SUITES:
             raise ProbeError(f"--list: the {suite_name} suite is not a case list; "
                              "probe sizing --help shows its policies")
-        show_cases(out, cases, json_path)
+        rows = show_cases(out, cases, json_path)
+        deliver(out, fmt, output, "check", {"cases": rows}, rows, lambda: cases_markdown(rows))
         return
     req.jobs, job_notes = sandbox.plan_jobs(req.jobs, force_jobs)
     for note in job_notes:
@@ -185,6 +216,8 @@ def check_command(
         write_text(report, conformance.markdown(res.document))
     if not out.json_mode:
         show_result(out, res, req.names, each_failure)
+    deliver(out, fmt, output, "check", res.document, lambda: res.document["records"],
+            lambda: conformance.markdown(res.document))
     raise typer.Exit(exit_code(res.records))
 
 
@@ -198,6 +231,7 @@ def _check_options(save, repro, after, seed: int, timeout: float, k) -> None:
     check_seed(seed)
     if k and not all(x.strip() for x in k):  # (an empty one would select every case)
         raise ProbeError("-k is empty: give part of a case id (probe check --list)")
+    compile_filter(k)  # (a malformed expression: a usage error before any work)
     if not timeout <= MAX_TIMEOUT:  # (inf too: the worker pool waits in poll(), in ms)
         raise ProbeError(f"--timeout must be at most {MAX_TIMEOUT} s (a day), got {timeout:g}")
 
@@ -207,6 +241,8 @@ def _backend_specs(backend: list[str] | None, kernel: Path | None,
     """The backends asked for (every native kernel and torch if none), a kernel file
     built first (its build errors surface here, once); one that cannot run here is
     skipped with a warning."""
+    from ..backends import default_specs, parse, parse_list  # deferred: torch (seconds)
+
     specs: list[BackendSpec] = []
     if kernel is not None:
         native.load_user_kernel(kernel)
@@ -230,6 +266,9 @@ def _backend_specs(backend: list[str] | None, kernel: Path | None,
 
 
 def _run_with_progress(out: Output, req: CheckRequest, cases, keep_ids, notes) -> CheckResult:
+    from ..check.run import run_check  # deferred: torch (seconds); probe --help imports none
+    from .check_render import STATUS_STYLE  # deferred, as run_check
+
     with Progress(TextColumn("[bold]probe check[/]"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[last]}"), TimeElapsedColumn(),
                   console=out.err, transient=True) as prog:

@@ -8,6 +8,7 @@ import math
 import re
 
 from rich.console import Group
+from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
@@ -16,6 +17,7 @@ from ..backends import parse
 from ..cases import Case, tolerance
 from ..records import FAILING, Record
 from ..report import by_backend_family, summary
+from ..tables import Col, Sheet, command_lines, fit, markdown
 from .output import Output
 
 STATUS_STYLE = {"pass": "green", "fail": "red", "crash": "bold red", "timeout": "magenta",
@@ -125,31 +127,38 @@ def failure_list(records: list[Record], width: int = 80, grouped: bool = True) -
             lines.append(Text.assemble(head, "  ", backend))
         else:
             lines += [head, Padding(backend, (0, 0, 0, 8))]
-        lines += [Padding(Text(r.reason), (0, 0, 0, 8)),
-                  Padding(Text(r.repro, style="dim"), (0, 0, 0, 8))]
+        lines.append(Padding(Text(r.reason), (0, 0, 0, 8)))
+        # (a path longer than the line folds: never cropped)
+        lines += [Text(ln, style="dim", overflow="fold") for ln in command_lines(r.repro, width, 8)]
         if others:
             lines.append(Padding(Text(_more(others), style="yellow"), (0, 0, 0, 8)))
     return Group(*lines)
 
 
-def failure_table(records: list[Record], grouped: bool = True) -> Table:
-    t = Table(title="failures", title_justify="left", show_lines=True)
-    t.add_column("backend", style="bold")
-    t.add_column("case")
-    t.add_column("status")
-    t.add_column("max abs err", justify="right")
-    t.add_column("nmse", justify="right")
-    t.add_column("reason / reproduce")
+def failure_table(records: list[Record], grouped: bool = True) -> Sheet:
+    t = Sheet([Col("backend", "id", style="bold"), Col("case", "id"), Col("status", "id"),
+               Col("max abs err"), Col("nmse"), Col("reason / reproduce", "text", least=40)],
+              title="failures")
     for r, others in group_failures(records, grouped):
         st = r.status
         more = f"\n[yellow]{_more(others)}[/]" if others else ""
         t.add_row(r.backend, r.case, f"[{STATUS_STYLE[st]}]{st}[/]",
                   _fmt(r.max_abs_err), _fmt(r.nmse),
-                  f"{r['reason']}\n[dim]{r['repro']}[/]{more}")
+                  f"{escape(r['reason'] or '')}\n[dim]{escape(r['repro'])}[/]{more}")
     return t
 
 
-def list_cases(out: Output, cases: list[Case], json_path: str | None) -> None:
+def _failure_table_fits(sheet: Sheet, records: list[Record], width: int) -> bool:
+    """Whether the failure table fits width with every repro command on one line of
+    its reason column (else the list form shows them)."""
+    if width < WIDE_FAILURES:
+        return False
+    f = fit(sheet, width)
+    longest = max((len(r.repro) for r in records if r.status in FAILING), default=0)
+    return not f.stacked and not f.dropped and f.widths[len(sheet.cols) - 1] >= longest
+
+
+def list_cases(out: Output, cases: list[Case], json_path: str | None) -> list[dict]:
     """The selected cases, one a line: id, tolerance, FLOPs and bytes (--json: all of a
     case's parameters too)."""
     # (an invalid call is judged on its status: no tolerance)
@@ -160,15 +169,37 @@ def list_cases(out: Output, cases: list[Case], json_path: str | None) -> None:
     if json_path:
         out.write_json(json_path, {"cases": rows})
     if json_path != "-":  # plain lines, never folded: the ids are for copying into -k
-        w = max((len(r["id"]) for r in rows), default=2)
-        out.print(f"{'id':<{w}}  {'atol':>8}  {'rtol':>6}  {'FLOPs':>13}  {'bytes':>11}",
-                  style="bold", soft_wrap=True)
-        for r in rows:
-            tol = ("       -       -" if r["atol"] is None
-                   else f"{r['atol']:>8.2g}  {r['rtol']:>6.2g}")
-            out.print(f"{r['id']:<{w}}  {tol}  {r['flops']:>13,}  {r['bytes']:>11,}",
-                      soft_wrap=True)
-        out.print(f"{len(rows)} cases", soft_wrap=True)
+        for line in _case_lines(rows, out.width):
+            out.print(line, soft_wrap=True, markup=False, highlight=False)
+    return rows
+
+
+def _case_lines(rows: list[dict], width: int) -> list[str]:
+    """The id column and as many figure columns as fit width (bytes leave first, then
+    FLOPs, rtol, atol); an id is never cut."""
+    cols = [("atol", [("-" if r["atol"] is None else f"{r['atol']:.2g}") for r in rows]),
+            ("rtol", [("-" if r["rtol"] is None else f"{r['rtol']:.2g}") for r in rows]),
+            ("FLOPs", [f"{r['flops']:,}" for r in rows]),
+            ("bytes", [f"{r['bytes']:,}" for r in rows])]
+    w = max((len(r["id"]) for r in rows), default=2)
+    sizes = [max(len(h), *(len(c) for c in cells)) for h, cells in cols]
+    while cols and w + sum(2 + s for s in sizes) > width:
+        cols, sizes = cols[:-1], sizes[:-1]
+    lines = ["  ".join([f"{'id':<{w}}"] + [f"{h:>{s}}" for (h, _), s in zip(cols, sizes,
+                                                                          strict=True)])]
+    for i, r in enumerate(rows):
+        lines.append("  ".join([f"{r['id']:<{w}}"] + [f"{c[i]:>{s}}" for (_, c), s in
+                                                      zip(cols, sizes, strict=True)]))
+    return [*lines, f"{len(rows)} cases"]
+
+
+def cases_markdown(rows: list[dict]) -> str:
+    """--list --format md: the case list as a Markdown table."""
+    t = Sheet([Col("id", "id"), Col("atol"), Col("rtol"), Col("FLOPs"), Col("bytes")])
+    for r in rows:
+        tol = ("-", "-") if r["atol"] is None else (f"{r['atol']:.2g}", f"{r['rtol']:.2g}")
+        t.add_row(r["id"], *tol, f"{r['flops']:,}", f"{r['bytes']:,}")
+    return "# probe check --list\n\n" + markdown(t)
 
 
 def unrepeatable_notes(records: list[Record]) -> list[str]:
@@ -193,12 +224,14 @@ def show_result(out: Output, res, names: list[str], each_failure: bool) -> None:
     # (the title on a line of its own: a narrow table would fold it)
     out.print("probe check: case family x backend (passed / run; - unsupported)",
               style="bold")
-    for table in summary_tables(records, names, out.out.width):
+    for table in summary_tables(records, names, out.width):
         out.print(table)
     if any(r.status in FAILING for r in records):
-        wide = out.out.width >= WIDE_FAILURES
-        out.print(failure_table(records, not each_failure) if wide
-                  else failure_list(records, out.out.width, not each_failure))
+        sheet = failure_table(records, not each_failure)
+        if _failure_table_fits(sheet, records, out.width):
+            out.table(sheet)
+        else:
+            out.print(failure_list(records, out.width, not each_failure))
     s = summary(records)
     parts = [f"[{STATUS_STYLE[k]}]{s[k]} {k}[/]" for k in STATUS_STYLE if s[k]]
     extra = sum(r.family == "cache-sizing" for r in records)

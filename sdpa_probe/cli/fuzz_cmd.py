@@ -7,25 +7,24 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from .. import native
-from ..backends import BackendSpec, parse, parse_list
-from ..backends.registry import is_kernel_file
-from ..cases.spec import spec_of
-from ..check.run import CheckRequest
 from ..errors import ProbeError
-from ..fuzz.coverage import coverage, render
-from ..fuzz.live_pool import LivePool
-from ..fuzz.runner import CONFIRM_RUNS, Finding, Fuzzer, FuzzResult, confirm
-from ..fuzz.stress import DEFAULT_ROUNDS, StressJob, stress_preload
 from ..limits import check_seed
-from ..records import FAILING
 from . import command
 from .output import Output, check_writable, path_option
 
+if TYPE_CHECKING:
+    from ..backends import BackendSpec
+    from ..fuzz.runner import Finding, FuzzResult
+    from ..fuzz.stress import StressJob
+
 SCHEMA = "sdpa_probe.fuzz/1"
+STRESS_ROUNDS = 20  # --stress-rounds' default (fuzz.stress.DEFAULT_ROUNDS: not imported
+#                     here, its package imports torch)
 MAX_SECONDS = 7 * 86400
 
 
@@ -41,6 +40,8 @@ def parse_duration(text: str) -> float:
 
 
 def repro_line(backend: str, spec: str) -> str:
+    from ..backends.registry import is_kernel_file  # (deferred: backends import torch)
+
     where = f"--kernel {backend}" if is_kernel_file(backend) else f"--backend {backend}"
     return f"probe check {where} --case '{spec}'"
 
@@ -69,7 +70,7 @@ def fuzz_command(
     stress: bool = typer.Option(False, "--stress",
                                 help="Run each threaded or concurrent case again under "
                                      "varied scheduling (--stress-rounds times)."),
-    stress_rounds: int = typer.Option(DEFAULT_ROUNDS, "--stress-rounds", min=1, max=100000,
+    stress_rounds: int = typer.Option(STRESS_ROUNDS, "--stress-rounds", min=1, max=100000,
                                       help="Rounds per case with --stress."),
     no_leak_check: bool = typer.Option(False, "--no-leak-check",
                                        help="Do not repeat passing calls (the leak count and "
@@ -84,6 +85,12 @@ def fuzz_command(
 
     Exit code 0: nothing failed; 1: a failing case was found (shrunk, printed, kept in
     the corpus); 2: usage error."""
+    # deferred, each: drawing and judging cases imports torch (seconds); --help none
+    from ..check.run import CheckRequest  # (deferred)
+    from ..fuzz.live_pool import LivePool  # (deferred)
+    from ..fuzz.runner import Fuzzer, confirm  # (deferred)
+    from ..fuzz.stress import StressJob, stress_preload  # (deferred)
+
     out = Output(json_mode=json_path == "-")
     check_seed(seed)
     seconds = parse_duration(time_budget)
@@ -109,6 +116,8 @@ def fuzz_command(
 
 
 def _specs(kernel: Path | None, backend: list[str] | None) -> list[BackendSpec]:
+    from ..backends import parse, parse_list  # (deferred: torch)
+
     specs: list[BackendSpec] = []
     if kernel is not None:
         native.load_user_kernel(kernel)  # (its build errors here, once, as check's)
@@ -126,6 +135,8 @@ def _specs(kernel: Path | None, backend: list[str] | None) -> list[BackendSpec]:
 def _progress(out: Output, seconds: float):
     """A line on stderr every 2 s (and at the first failure): cases run, time, failing
     cases seen (a shrink runs many), the last case."""
+    from ..records import FAILING  # (deferred: records import the backends, torch)
+
     last, failing = [0.0], [0]
     t0 = time.monotonic()
 
@@ -144,6 +155,8 @@ def _progress(out: Output, seconds: float):
 
 
 def _finding_doc(f: Finding, runs: int) -> dict:
+    from ..cases.spec import spec_of  # (deferred: the case model imports numpy)
+
     spec = spec_of(f.case)
     return {"kind": f.kind, "backend": f.backend, "status": f.status, "reason": f.reason,
             "case": f.case.id, "spec": spec, "params": f.case.params(),
@@ -152,6 +165,9 @@ def _finding_doc(f: Finding, runs: int) -> dict:
 
 
 def _document(res: FuzzResult, names: list[str], seed: int, job: StressJob) -> dict:
+    from ..fuzz.coverage import coverage  # (deferred, as the run)
+    from ..fuzz.runner import CONFIRM_RUNS  # (deferred, as the run)
+
     return {"schema": SCHEMA, "backends": names, "seed": seed, "examples": res.examples,
             "seconds": round(res.seconds, 3), "stopped": res.stopped,
             "findings": [_finding_doc(f, CONFIRM_RUNS) for f in res.findings],
@@ -159,6 +175,8 @@ def _document(res: FuzzResult, names: list[str], seed: int, job: StressJob) -> d
 
 
 def _show(out: Output, res: FuzzResult, names: list[str], seed: int, doc: dict) -> None:
+    from ..fuzz.coverage import render  # (deferred, as the run)
+
     what = ", ".join(names)
     head = f"probe fuzz: {res.examples} cases in {res.seconds:.1f} s on {what} (seed {seed})"
     if not res.findings:

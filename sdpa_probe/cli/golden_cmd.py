@@ -81,7 +81,8 @@ def _print_regen(out: Output, plan: golden.RegenPlan, dry_run: bool) -> None:
 
 @_command("regen")
 def regen_command(
-    cases: list[str] = typer.Option(None, "--cases", help="Only these case ids, or ids "
+    cases: list[str] = typer.Option(None, "--cases", metavar="CASE_ID",
+                                    help="Only these case ids, or ids "
                                     "containing this (repeatable, comma separated; any case of "
                                     "the full matrix). The other stored cases are kept."),
     suite_name: str = typer.Option(golden.DEFAULT_SUITE, "--suite", help="Without --cases: the "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from .. import machine, native
+from .. import host_load, machine, native
 from . import command
 from .output import Output, human_bytes
 
@@ -92,8 +92,8 @@ def info_command(
     and cached; later runs and `probe profile` / `probe bench` reuse it.
     """
     out = Output(json_out)
-    with out.err.status("probe info: loading the native library") as status:
-        native.native_lib()  # may compile it on first use
+    native.native_lib()  # may compile it on first use (with its own progress line)
+    with out.err.status("probe info: describing the machine") as status:
         desc = machine.describe()
 
         def progress(msg: str) -> None:
@@ -101,20 +101,22 @@ def info_command(
 
         status.update("probe info: looking up the roofline")
         roof = machine.roofline(refresh=refresh, progress=progress)
-    load = roof.get("load") or {}
-    if load.get("below_best"):
-        worst = min(load["below_best"].items(), key=lambda kv: kv[1]["fraction"])
-        out.warn(f"{worst[0]} = {worst[1]['value']} is {worst[1]['fraction']:.0%} of the best "
-                 f"this CPU measured here ({worst[1]['best']}): the host is probably busy; "
-                 "probe info --refresh re-measures")
-    elif load.get("busy"):
-        other, steal = load.get("other_cpu_fraction") or 0, load.get("steal_fraction") or 0
-        out.warn(f"the machine was busy while measuring ({other:.0%} of the CPUs used by other "
-                 f"processes, {steal:.0%} stolen by the hypervisor): the figures may be low; "
-                 "probe info --refresh re-measures")
+    _load_warnings(out, roof)
     if json_out:
         out.emit_json({"machine": desc, "roofline": roof})
         return
     out.print(_machine_table(desc))
     out.print()
     out.print(_roofline_table(roof, desc))
+
+
+def _load_warnings(out: Output, roof: dict) -> None:
+    """Why a roofline measured now was not kept, or is kept only until a quiet one."""
+    if roof.get("busy_measurement"):
+        out.warn(f"the machine is busy ({host_load.describe(roof['busy_measurement'])}): that "
+                 f"measurement is not kept; the last quiet one ({roof['measured_at']}) is used")
+    elif (roof.get("load") or {}).get("busy"):
+        out.warn(f"the machine was busy while measuring ({host_load.describe(roof['load'])}): "
+                 "the figures may be low, and are not cached as this machine's; a later run "
+                 "measures again once the machine is quiet (probe info --refresh: now)")
+

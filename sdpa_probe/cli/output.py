@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-from .. import native, outputs
+from .. import native, outputs, tables
 from ..errors import ProbeError
 from ..libc import flush_stdio
 from ..outputs import (  # noqa: F401 -- re-exported: the commands import them from here
@@ -24,10 +24,23 @@ from ..outputs import (  # noqa: F401 -- re-exported: the commands import them f
 
 
 class Output:
-    def __init__(self, json_mode: bool = False):
+    def __init__(self, json_mode: bool = False, fmt: str = "table", output: str | None = None,
+                 force: bool = False):
+        # json_mode: stdout is a document (--json -, or a --format other than table
+        # without --output), so the tables are not printed
         self.json_mode = json_mode
-        self.out = Console(highlight=False, soft_wrap=False)
+        self.fmt, self.output, self.force = fmt, output, force
+        # (recorded: --format table --output FILE writes what was shown)
+        self.out = Console(highlight=False, soft_wrap=False, record=output is not None)
         self.err = Console(stderr=True, highlight=False)
+        # tables fit this width (tables.console_width); a pipe with no $COLUMNS is wide
+        self.width = tables.console_width(self.out, os.environ)
+        if not self.out.is_terminal:
+            self.out.width = self.width
+
+    def table(self, sheet: tables.Sheet) -> None:
+        """A table fitted to the console's width (tables.fit: never a cut number or id)."""
+        self.print(tables.render(sheet, self.width))
 
     def print(self, *objs: Any, **kw) -> None:
         """Human-readable data (suppressed in JSON mode, where stdout is the document)."""

@@ -2,21 +2,34 @@
 
 from __future__ import annotations
 
-import os
+import contextlib
 import sys
 
 import typer
 from rich.console import Group
 from rich.live import Live
 
-from .. import sandbox
+from .. import sandbox, tables
 from ..errors import ProbeError
 from ..limits import check_count
 from ..profile import models, report
-from ..profile.interactive import explore
+from ..profile.interactive import explore, prompt_words
 from ..profile.run import run_profile
 from ..profile.settings import settings_from_options
+from ..tables import render
 from . import command
+from .baseline_opts import COMPARE, SAVE_BASELINE, after_run, before_run, compare_sheet
+from .formats import (
+    FORCE,
+    FORMAT,
+    OUTPUT,
+    JsonPathCommand,
+    check_format,
+    deliver,
+    json_option,
+    stdout_is_data,
+)
+from .line_editing import line_editing
 from .output import Output, check_writable
 from .pass_env import PASS_ENV
 
@@ -61,10 +74,9 @@ _TG = typer.Option(0, "--tg", help="Also time N generated tokens after each cont
 _ROPE = typer.Option("half", "--rope", help="RoPE pairing: half or interleaved.")
 _SEED = typer.Option(0, "--seed", help="Seed of the random weights and history.")
 _ROOFLINE = typer.Option(True, "--roofline/--no-roofline",
-                         help="Show %% of roofline (sdpa_probe.machine; measured "
+                         help="Show % of roofline (sdpa_probe.machine; measured "
                               "once and cached).")
-_JSON = typer.Option(None, "--json", help="Write the result as JSON to PATH "
-                     "('-': stdout, no table).")
+_JSON = json_option("the result as JSON")
 _CSV = typer.Option(None, "--csv", help="Write per-op rows as CSV to PATH.")
 _TRACE = typer.Option(None, "--trace", help="Write a Chrome trace (chrome://tracing, Perfetto).")
 _LIVE = typer.Option(False, "--live", help="Redraw the per-op table as steps come in.")
@@ -74,6 +86,9 @@ _CHART_BY = typer.Option("op", "--chart-by",
                          help="Chart series: op (the top ops) or kind (op kinds).")
 MAX_CHART_TOP = 100
 _CHART_TOP = typer.Option(6, "--chart-top", help="Series per chart panel (1-100).")
+_ALLOCS = typer.Option(True, "--allocs/--no-allocs",
+                       help="Count a --kernel file's heap allocations per step (in a worker "
+                            "with a counting malloc, as probe bench does).")
 _INTERACTIVE = typer.Option(False, "--interactive", "-i",
                             help="A prompt loop: change model, context, attention, "
                                  "cache, threads and rerun; each table shows the "
@@ -120,19 +135,22 @@ def _explore(settings, out: Output, json_path: str | None) -> None:
     tty = sys.stdin.isatty()
 
     def read(prompt: str) -> str:
-        line = out.out.input(prompt)
-        if not tty:  # --script: show the command as a terminal would have
-            out.print(line, markup=False, highlight=False)
+        if tty:  # (readline draws the prompt itself, so that editing keeps it)
+            return input(prompt)
+        line = out.out.input(prompt)  # --script: show the command as a terminal would have
+        out.print(line, markup=False, highlight=False)
         return line
 
-    explore(settings, out, read, json_path)
+    with line_editing(prompt_words()) if tty else contextlib.nullcontext():
+        explore(settings, out, read, json_path)
 
 
 def _run_live(settings, out: Output) -> tuple[dict, list]:
     """--live: the per-op tables redrawn as the steps come in, then cleared."""
     with Live(console=out.out, transient=True, refresh_per_second=4) as view:
         def show(head: dict, summaries: list[dict]) -> None:
-            view.update(Group(*(report.op_table(head, sm) for sm in summaries)))
+            view.update(Group(*(render(report.op_table(head, sm), out.width)
+                               for sm in summaries)))
 
         return run_profile(settings, progress=out.note, live=show)
 
@@ -144,7 +162,7 @@ def _warn_caller_changed(doc: dict, out: Output) -> None:
                  "check fails such a kernel)")
 
 
-@command("profile")
+@command("profile", cls=JsonPathCommand)
 def profile_command(
     model: str = _MODEL, custom: bool = _CUSTOM, layers: int = _LAYERS, hidden: int = _HIDDEN,
     heads: int = _HEADS, kv_heads: int = _KV_HEADS, head_dim: int = _HEAD_DIM, ffn: int = _FFN,
@@ -155,23 +173,32 @@ def profile_command(
     seed: int = _SEED, roofline: bool = _ROOFLINE, json_path: str = _JSON, csv_path: str = _CSV,
     trace_path: str = _TRACE, live: bool = _LIVE, chart: str = _CHART,
     chart_by: str = _CHART_BY, chart_top: int = _CHART_TOP, interactive: bool = _INTERACTIVE,
-    script: bool = _SCRIPT, pass_env: list[str] = PASS_ENV,
+    script: bool = _SCRIPT, allocs: bool = _ALLOCS, fmt: str = FORMAT, output: str = OUTPUT,
+    force: bool = FORCE, save_baseline: str = SAVE_BASELINE, compare: str = COMPARE,
+    pass_env: list[str] = PASS_ENV,
 ) -> None:
     """Profile one transformer decode step op by op: decomposed vs fused attention."""
     sandbox.pass_env(pass_env)
     _check_options(kernel, json_path, csv_path, trace_path, chart, chart_by, chart_top,
                    interactive, script, ab, live)
-    to_stdout = "-" in (json_path, csv_path, trace_path)
-    out = Output(json_mode=to_stdout)
-    if not out.out.is_terminal and "COLUMNS" not in os.environ:
-        out.out.width = 160  # piped or captured: the per-op table needs the room
+    check_format(fmt, output, json_path, force=force, inputs=[kernel],
+                 other_stdout=("csv" if csv_path == "-" else None,
+                               "trace" if trace_path == "-" else None))
+    if interactive and (fmt != "table" or output is not None or save_baseline or compare):
+        raise ProbeError("--interactive draws on the terminal: drop --format, --output, "
+                         "--save-baseline and --compare (its session is saved with the save "
+                         "command)")
+    base = before_run("profile", save_baseline, compare, force)
+    to_stdout = "-" in (csv_path, trace_path) or stdout_is_data(fmt, output, json_path)
+    out = Output(to_stdout, fmt, output, force)
     settings = settings_from_options(
         model=model, custom=custom, vocab=vocab, attention=attention, ab=ab, kernel=kernel,
         context=context, chart=chart is not None,
         dims={"layers": layers, "hidden": hidden, "heads": heads, "kv_heads": kv_heads,
               "head_dim": head_dim, "ffn": ffn},
         weights=weights, cache=cache, steps=steps, warmup=warmup, threads=threads, seed=seed,
-        capacity=cache_size, pp=pp, tg=tg, rope_style=rope, roofline=roofline)
+        capacity=cache_size, pp=pp, tg=tg, rope_style=rope, roofline=roofline,
+        user_allocs=allocs)
     out.warn_if_portable()
     if interactive:
         _explore(settings, out, json_path)
@@ -181,8 +208,15 @@ def profile_command(
     else:
         doc, runs = run_profile(settings, progress=out.note)
     _warn_caller_changed(doc, out)
+    after_run(out, "profile", doc, save_baseline, base)
     report.write_files(doc, runs, json_path=json_path, csv_path=csv_path, trace_path=trace_path,
                        chart_path=chart, chart_by=chart_by, chart_top=chart_top)
-    report.render(doc, out, chart_by, chart_top)
+    report.render(doc, out, chart_by, chart_top)  # (its tables only when stdout is free)
+    cmp = compare_sheet(doc)
+    if cmp is not None:
+        out.table(cmp)
+    deliver(out, fmt, output, "profile", doc, lambda: report.csv_rows(doc),
+            lambda: report.markdown(doc) + ("\n" + tables.markdown(cmp) if cmp else ""),
+            csv_override=report.csv_text(doc))
     if chart:
         out.note(f"chart written to {chart}")

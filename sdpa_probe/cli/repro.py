@@ -11,7 +11,10 @@ import numpy as np
 from rich.table import Table
 from rich.text import Text
 
+from .. import tables
 from ..check.repro import Repro, reproduce
+from ..tables import Col, Sheet
+from .formats import deliver
 from .output import Output
 
 # error relative to the case's tolerance, darkest = beyond it
@@ -49,9 +52,22 @@ def run_repro(out: Output, case_id: str, names: list[str], save: Path | None, fo
     rep = reproduce(case_id, names, timeout=timeout, seed=seed, setup=setup, after=after,
                     save=save, force=force)
     show_repro(out, rep)
+    doc = rep.document()
     if json_path:
-        out.write_json(json_path, rep.document())
+        out.write_json(json_path, doc)
+    deliver(out, out.fmt, out.output, "repro", doc, lambda: doc["records"],
+            lambda: "# probe check --repro\n\n" + tables.markdown(_verdicts(rep)))
     return rep.exit_code
+
+
+def _verdicts(rep: Repro) -> Sheet:
+    t = Sheet([Col("backend", "id"), Col("case", "id"), Col("status", "id"),
+               Col("max abs err"), Col("reason", "text")])
+    for r in rep.records:
+        err = r.get("max_abs_err")
+        t.add_row(r.backend, rep.case.id, r.status, "-" if err is None else f"{err:.3e}",
+                  r.reason or "")
+    return t
 
 
 def show_repro(out: Output, rep: Repro) -> None:

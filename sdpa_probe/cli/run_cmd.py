@@ -6,9 +6,7 @@ import typer
 from rich.table import Table
 
 from .. import native, sandbox
-from ..backends import parse
 from ..cases import DTYPES, Case
-from ..check.single import check_and_time
 from ..errors import ProbeError
 from ..limits import check_seed, check_threads
 from . import command
@@ -70,6 +68,9 @@ def run_command(
 ) -> None:
     """Run one kernel on one shape: check it against the oracle (in a worker process,
     so a crash is reported) and time it."""
+    from ..backends import parse  # deferred: torch (seconds); probe --help imports none
+    from ..check.single import check_and_time  # deferred, as parse
+
     out = Output(json_out)
     sandbox.pass_env(pass_env)
     if user_kernel is not None:

@@ -3,6 +3,8 @@ what an earlier call left behind?"""
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..cases import Case
 from ..check.calls import run_one
 from ..inputs import materialise
@@ -19,7 +21,7 @@ def retry_on_fresh_inputs(rec: Record, backend, case: Case, prep: Prepared,
     scratch kept between calls) or a race. The record stays a failure, says so, and its
     repro replays the case this backend ran before it in the same process."""
 
-    fresh = Prepared(materialise(case), prep.ref, prep.torch_err)
+    fresh = dataclasses.replace(prep, data=materialise(case))
     again = run_one(backend, case, fresh)
     rec.fresh_retry = again.status
     if again.status != "pass":

@@ -29,6 +29,7 @@ class Verdict:
     rtol: float | None = None
     torch_err: float | None = None
     convention: str | None = None  # judged under the backend's convention (convention.py)
+    products: str | None = None  # the dtype its products round to (torch_err: torch's there)
 
     def as_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -61,12 +62,13 @@ def inputs_in_words(written: list[tuple[str, int]]) -> str:
 
 def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None = None,
           inputs_written: list[tuple[str, int]] | None = None,
-          fp_changed: str | None = None, caller_changed: list[str] | None = None) -> Verdict:
+          fp_changed: str | None = None, caller_changed: list[str] | None = None,
+          products: str | None = None) -> Verdict:
     out = out.snapshot()  # (every layer reads the same moment)
     vals = out.values()
     figs = error_figures(vals, ref)
-    atol, rtol = judged_tolerance(case, torch_err)
-    common = dict(atol=atol, rtol=rtol, torch_err=torch_err, **figs)
+    atol, rtol = judged_tolerance(case, torch_err, products)
+    common = dict(atol=atol, rtol=rtol, torch_err=torch_err, products=products, **figs)
 
     # 0. the output changed after the call had returned (native calls: OutBuffer.at_return)
     n_late, at = out.written_after_return()
@@ -128,7 +130,8 @@ def judge(case: Case, ref: np.ndarray, out: OutBuffer, torch_err: float | None =
                f"{_where(idx)} (out {vals[idx]:.6g}, ref {ref[idx]:.6g}; "
                f"tol {atol:.2g} + {rtol:.2g}*|ref|)")
         if torch_err is not None:
-            msg += f"; torch's own error here: {torch_err:.3g}"
+            own = f"own {products.upper()} error" if products else "own error"
+            msg += f"; torch's {own} here: {torch_err:.3g}"
         return Verdict("fail", msg, **common)
     return Verdict("pass", "", **common)
 

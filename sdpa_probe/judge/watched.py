@@ -23,6 +23,7 @@ def judge_watched(case: Case, prep: Prepared, out, convention: Convention | None
     time shows itself (verdict layer 0); a failure on tolerance alone judged again under
     the backend's convention, if it has one (convention.py)."""
 
+    kw.setdefault("products", prep.products)
     v = judge(case, prep.ref, out, prep.torch_err, **kw)
     if v.status == "fail" and out.at_return is not None and "never written" in v.reason:
         deadline = time.monotonic() + LATE_WRITE_WAIT

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 
 from .. import native
-from ..backends import parse
 from ..errors import ProbeError
 from . import builds, decode
 
@@ -71,14 +70,10 @@ def resolve_attention(label: str, cache: str, kernel_path: str | None = None) ->
         name = "quant_int8" if cache == "i8" else "flash"
     else:
         name = base[len("kernel:"):] if base.startswith("kernel:") else base
-    try:
-        spec = parse(name, what="attention")
-    except ProbeError:
-        spec = None
-    if spec is None or spec.kind != "native":  # (the slot runs a kernel of the native graph)
+    if name not in kernels:  # (the slot runs a kernel of the native graph)
         raise ProbeError(f"unknown attention {label!r}; use decomposed, fused, user (with "
                          "--kernel) or a kernel: " + ", ".join(kernels))
-    k = kernels[spec.name]
+    k = kernels[name]
     if cache not in k.info.dtypes:
         raise ProbeError(f"kernel {name} does not read a {cache} cache (it takes "
                          f"{' '.join(k.info.dtypes)}); pick another --cache or --attention")

@@ -8,12 +8,11 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from rich.table import Table
-
 from .. import TOOL
 from ..errors import ProbeError
 from ..outputs import check_writable, dumps
-from . import models, report
+from ..tables import Col, Sheet
+from . import decode, models, report
 from .attention import resolve_attention
 from .run import run_profile
 from .settings import Settings, parse_contexts, validate
@@ -37,6 +36,13 @@ KEYS = ("model", "context", "attention", "cache", "threads", "weights", "steps")
 ALIASES = {"ctx": "context", "c": "context", "m": "model", "a": "attention", "kv": "cache",
            "t": "threads", "n": "steps", "dtype": "cache"}
 QUIT = {"quit", "q", "exit", ":q"}
+
+
+def prompt_words() -> list[str]:
+    """What Tab completes at the prompt: the commands, the settings and their named
+    values."""
+    return [*KEYS, "run", "show", "history", "save", "help", "quit", *models.PRESETS,
+            "decomposed", "fused", "user", *decode.WEIGHT_DTYPES, *decode.CACHE_DTYPES]
 
 
 def settings_view(s: Settings) -> dict:
@@ -121,12 +127,12 @@ class Explorer:
         prev = self.history[-1] if self.history else None
         n = len(self.history) + 1
         prev_sm = primary(prev["result"]) if prev else None
-        self.out.print(report.op_table(doc, sm, prev_sm, f"#{n - 1}" if prev else "prev"))
+        self.out.table(report.op_table(doc, sm, prev_sm, f"#{n - 1}" if prev else "prev"))
         for line in report.summary_lines(sm):
             self.out.print(line)
         if "growth" in doc:
             for label in doc["growth"]:
-                self.out.print(report.growth_table(doc, label))
+                self.out.table(report.growth_table(doc, label))
         step = sm["step_ms"]["median"]
         entry = {"run": n, "settings": settings_view(self.s), "changed": changed,
                  "step_ms": step, "tokens_per_s": sm["tokens_per_s"],
@@ -149,12 +155,10 @@ class Explorer:
         self.out.print("settings: " + ", ".join(f"{k} {v}"
                                                   for k, v in settings_view(self.s).items()))
 
-    def history_table(self) -> Table:
-        t = Table(title="runs so far", title_justify="left", show_edge=False, pad_edge=False)
-        for col in ("#", "model", "context", "attention", "cache", "threads", "step ms",
-                    "Δ ms", "tokens/s"):
-            t.add_column(col, justify="right" if col in ("#", "threads", "step ms", "Δ ms",
-                                                          "tokens/s") else "left")
+    def history_table(self) -> Sheet:
+        t = Sheet([Col("#"), Col("model", "id"), Col("context", "id"), Col("attention", "id"),
+                   Col("cache", "id"), Col("threads"), Col("step ms"), Col("Δ ms"),
+                   Col("tokens/s")], title="runs so far")
         for e in self.history:
             v = e["settings"]
             d = e["delta_step_ms"]
@@ -185,7 +189,7 @@ class Explorer:
         elif word == "show":
             self.show()
         elif word == "history":
-            self.out.print(self.history_table())
+            self.out.table(self.history_table())
         elif word == "save":
             parts = text.split(maxsplit=1)
             if len(parts) < 2:
@@ -225,7 +229,7 @@ class Explorer:
             except ProbeError as exc:
                 self.out.err.print(f"error: {exc}", markup=False, highlight=False)
         if self.history:
-            self.out.print(self.history_table())
+            self.out.table(self.history_table())
         if self.json_path:
             self.save(self.json_path)
 

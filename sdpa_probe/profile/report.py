@@ -7,10 +7,11 @@ import io
 import json
 import math
 
-from rich.table import Table
 from rich.text import Text
 
+from .. import tables
 from ..outputs import write_json, write_text
+from ..tables import Col, Sheet
 from . import chart
 from .measure import Run
 from .provenance import build_line, flags_text, machine_line
@@ -66,28 +67,35 @@ def _delta(now, before) -> Text:
     return Text(f"{d:+.3f}{pct}", style=style)
 
 
-def op_table(doc: dict, sm: dict, prev: dict | None = None, prev_name: str = "prev") -> Table:
+# the per-op table's drop order at a narrow width (tables.fit; the bar leaves first):
+# op, median ms, the change against an earlier run and share are never dropped
+_OP_DROP = {"alloc KiB/step": 1, "IQR ms": 2, "GFLOP/s": 3, "kind": 4, "allocs/step": 5,
+            "calls": 6, "% roof": 7, "GB/s": 8}
+
+
+def _op_cols(roof: bool, prev_name: str | None) -> list[Col]:
+    cols = [Col("op", "id", style="bold"), Col("kind", "id", drop=_OP_DROP["kind"]),
+            Col("calls", drop=_OP_DROP["calls"]), Col("median ms")]
+    if prev_name is not None:
+        cols.append(Col(f"Δ ms vs {prev_name}"))
+    cols += [Col("IQR ms", drop=_OP_DROP["IQR ms"]), Col("share"),
+             Col("", "bar", style="cyan", least=8), Col("GB/s", drop=_OP_DROP["GB/s"]),
+             Col("GFLOP/s", drop=_OP_DROP["GFLOP/s"])]
+    if roof:
+        cols.append(Col("% roof", drop=_OP_DROP["% roof"]))
+    return cols + [Col("allocs/step", drop=_OP_DROP["allocs/step"]),
+                   Col("alloc KiB/step", drop=_OP_DROP["alloc KiB/step"])]
+
+
+def op_table(doc: dict, sm: dict, prev: dict | None = None, prev_name: str = "prev") -> Sheet:
     """The per-op table of one (graph, context) summary; with prev (an earlier summary)
     a column of the change in median ms against it (ops matched by name)."""
     roof = doc.get("roofline")
-    t = Table(title=_title(doc, sm), title_justify="left", show_edge=False, pad_edge=False)
-    t.add_column("op", style="bold")
-    t.add_column("kind")
-    t.add_column("calls", justify="right")
-    t.add_column("median ms", justify="right")
+    t = Sheet(_op_cols(bool(roof), prev_name if prev is not None else None),
+              title=_title(doc, sm))
     if prev is not None:
-        t.add_column(f"Δ ms vs {prev_name}", justify="right", no_wrap=True)
         prev_ops = {o["name"]: o["median_ms"] for o in prev["ops"]}
         prev_kinds = {k["kind"]: k["median_ms"] for k in prev["kinds"]}
-    t.add_column("IQR ms", justify="right")
-    t.add_column("share", justify="right")
-    t.add_column("", no_wrap=True, min_width=BAR_WIDTH)
-    t.add_column("GB/s", justify="right")
-    t.add_column("GFLOP/s", justify="right")
-    if roof:
-        t.add_column("% roof", justify="right")
-    t.add_column("allocs/step", justify="right")
-    t.add_column("alloc KiB/step", justify="right")
 
     def row(name, kind, calls, med, iq, share, gbs=None, gfs=None, rp=None, al=None, ab=None,
             style=None, was=None):
@@ -95,9 +103,9 @@ def op_table(doc: dict, sm: dict, prev: dict | None = None, prev_name: str = "pr
         if prev is not None:
             cells.append(_delta(med, was) if was != "" else Text(""))
         cells += [_f(iq), _f(share * 100, ".1f") + "%"
-                 if share is not None and math.isfinite(share) else "-",
-                 Text(bar(share if share is not None else float("nan")), style="cyan"),
-                 _rate(gbs), _rate(gfs)]
+                  if share is not None and math.isfinite(share) else "-",
+                  bar(share if share is not None else float("nan")),
+                  _rate(gbs), _rate(gfs)]
         if roof:
             cells.append(_f(rp, ".0f"))
         cells += [_f(al, ".0f", ""), _f(ab / 1024 if ab is not None else None, ".1f", "")]
@@ -114,7 +122,7 @@ def op_table(doc: dict, sm: dict, prev: dict | None = None, prev_name: str = "pr
             o["alloc_bytes_per_step"], was=was("op", o["name"]))
     t.add_section()
     for k in sm["kinds"]:
-        row(f"[kind] {k['kind']}", f"{len(k['ops'])} op(s)", "", k["median_ms"], k["iqr_ms"],
+        row(rf"\[kind] {k['kind']}", f"{len(k['ops'])} op(s)", "", k["median_ms"], k["iqr_ms"],
             k["share"], style="dim", was=was("kind", k["kind"]))
     t.add_section()
     step = sm["step_ms"]["median"]
@@ -146,16 +154,12 @@ def summary_lines(sm: dict) -> list[str]:
     return lines
 
 
-def growth_table(doc: dict, label: str) -> Table:
+def growth_table(doc: dict, label: str) -> Sheet:
     rows = doc["growth"][label]
     ctxs = list(rows[0]["ms_by_context"].keys())
-    t = Table(title=f"{label}: median ms per op by context, and growth per 1000 tokens",
-              title_justify="left", show_edge=False, pad_edge=False)
-    t.add_column("op", style="bold")
-    t.add_column("kind")
-    for c in ctxs:
-        t.add_column(f"ctx {c}", justify="right")
-    t.add_column("ms / 1k tokens", justify="right")
+    t = Sheet([Col("op", "id", style="bold"), Col("kind", "id", drop=1)]
+              + [Col(f"ctx {c}") for c in ctxs] + [Col("ms / 1k tokens")],
+              title=f"{label}: median ms per op by context, and growth per 1000 tokens")
     for r in rows:
         cells = [r["name"], r["kind"]] + [_f(r["ms_by_context"].get(c)) for c in ctxs]
         cells.append(_f(r["per_1000_tokens_ms"], "+.3f"))
@@ -163,15 +167,13 @@ def growth_table(doc: dict, label: str) -> Table:
     return t
 
 
-def ab_table(doc: dict) -> Table:
+def ab_table(doc: dict) -> Sheet:
     ab = doc["ab"]
     items = ab.get("by_context", [ab])
-    t = Table(title=f"A/B (interleaved): a = {ab['a']}, b = {ab['b']}; ratio = median(a) / "
-              "median(b), 95% bootstrap CI", title_justify="left", show_edge=False,
-              pad_edge=False)
-    for col, j in (("context", "right"), (f"{ab['a']} ms", "right"), (f"{ab['b']} ms", "right"),
-                   ("ratio", "right"), ("95% CI", "right"), ("verdict (b vs a)", "left")):
-        t.add_column(col, justify=j)
+    t = Sheet([Col("context"), Col(f"{ab['a']} ms"), Col(f"{ab['b']} ms"), Col("ratio"),
+               Col("95% CI"), Col("verdict (b vs a)", "id")],
+              title=f"A/B (interleaved): a = {ab['a']}, b = {ab['b']}; ratio = median(a) / "
+                    "median(b), 95% bootstrap CI")
     for x in items:
         style = "green" if x["verdict"] == "faster" else ("red" if x["verdict"] == "slower"
                                                           else None)
@@ -180,12 +182,11 @@ def ab_table(doc: dict) -> Table:
     return t
 
 
-def rate_table(doc: dict) -> Table:
-    t = Table(title="token rates (token-at-a-time steps, greedy; pp = prompt from position 0, "
-              "tg = generation after the context)", title_justify="left", show_edge=False,
-              pad_edge=False)
-    for col in ("test", "attention", "start", "tokens", "ms/token", "tokens/s"):
-        t.add_column(col, justify="left" if col in ("test", "attention") else "right")
+def rate_table(doc: dict) -> Sheet:
+    t = Sheet([Col("test", "id"), Col("attention", "id"), Col("start"), Col("tokens"),
+               Col("ms/token"), Col("tokens/s")],
+              title="token rates (token-at-a-time steps, greedy; pp = prompt from position 0, "
+                    "tg = generation after the context)")
     for kind in ("pp", "tg"):
         for r in doc.get(kind, []):
             t.add_row(f"{kind}{r['tokens']}", r["attention"], str(r["start"]), str(r["tokens"]),
@@ -198,24 +199,24 @@ def render(doc: dict, out, chart_by: str = "op", chart_top: int = 6) -> None:
     for sm in doc["runs"]:
         if sm["context"] != ctx:
             continue
-        out.print(op_table(doc, sm))
+        out.table(op_table(doc, sm))
         for line in summary_lines(sm):
             out.print(line)
         out.print("")
     if "growth" in doc:
         for label in doc["growth"]:
-            out.print(growth_table(doc, label))
+            out.table(growth_table(doc, label))
             out.print("")
-        width = max(24, min(out.out.width - 14, 90))
+        width = max(24, min(out.width - 14, 90))
         out.print(chart.text_chart(doc, chart_by, chart_top, width=width))
     if "ab" in doc:
-        out.print(ab_table(doc))
+        out.table(ab_table(doc))
         out.print(f"verdict at context {doc['ab']['context']}: {doc['ab']['summary']} "
                   f"(ratio {doc['ab']['ratio']:.3f}, 95% CI [{doc['ab']['ci'][0]:.3f}, "
                   f"{doc['ab']['ci'][1]:.3f}])")
         out.print("")
     if doc.get("pp") or doc.get("tg"):
-        out.print(rate_table(doc))
+        out.table(rate_table(doc))
     for chk in doc["checks"]:
         out.note(f"check @ context {chk['context']}: {chk['a']} vs {chk['b']} logits "
                  f"max|diff| {chk['max_abs_diff']:.3g}, /rms {chk['rel_err']:.3g} "
@@ -250,24 +251,44 @@ def csv_meta(doc: dict, attention: str) -> dict:
             "kernel_sha256": u.get("sha256", "")}
 
 
-def csv_text(doc: dict) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS + CSV_META, lineterminator="\n")
-    w.writeheader()
+def csv_rows(doc: dict) -> list[dict]:
+    """A row per (graph, context, op) and each one's unattributed time, with the
+    machine and build: --csv's rows, --format jsonl's too."""
+    out = []
     for sm in doc["runs"]:
         meta = csv_meta(doc, sm["attention"])
         rows = [dict(o, op=o["name"]) for o in sm["ops"]]
         rows.append({"op": "(unattributed)", "kind": "", "calls": 0,
                      "median_ms": sm["unattributed_ms"], "share": sm["unattributed_share"]})
         for r in rows:
-            w.writerow({
+            out.append({
                 "attention": sm["attention"], "kernel": sm["kernel"] or "",
                 "context": sm["context"],
                 **{k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS[3:-2]},
                 "step_median_ms": sm["step_ms"]["median"], "step_iqr_ms": sm["step_ms"]["iqr"],
                 **meta,
             })
+    return out
+
+
+def csv_text(doc: dict) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS + CSV_META, lineterminator="\n")
+    w.writeheader()
+    for row in csv_rows(doc):
+        w.writerow(row)
     return buf.getvalue()
+
+
+def markdown(doc: dict) -> str:
+    """--format md: the tables render() shows, as Markdown."""
+    sheets = [op_table(doc, sm) for sm in doc["runs"] if sm["context"] == doc["context"]]
+    sheets += [growth_table(doc, label) for label in doc.get("growth", {})]
+    if "ab" in doc:
+        sheets.append(ab_table(doc))
+    if doc.get("pp") or doc.get("tg"):
+        sheets.append(rate_table(doc))
+    return "# probe profile\n\n" + "\n".join(tables.markdown(s) for s in sheets)
 
 
 def trace_meta(doc: dict) -> dict:

@@ -13,7 +13,7 @@ from ..caller_state import Guard
 from ..errors import KernelProblem, ProbeError
 from ..machine import mem_available
 from ..trial_call import LEFT_CHANGED, trial_call
-from . import builds, decode
+from . import builds, decode, user_allocs
 from .attention import Attention, check_pairs, resolve_attention
 from .measure import Run, Session, check_outputs, measure, token_rate
 from .settings import Settings, required_capacity, validate
@@ -236,4 +236,7 @@ def run_profile(s: Settings, progress: Callable[[str], None] | None = None,
     live (if given) gets (header, partial per-graph summaries) at most every live_interval s."""
     plan = _prepare(s, progress or (lambda _msg: None))
     measured = _measure_all(s, plan, progress, live, live_interval)
+    if s.user_allocs:
+        user_allocs.count(s, plan.atts, measured.summaries, plan.head["threads"],
+                          progress or (lambda _msg: None))
     return _document(s, plan, measured), measured.runs

@@ -34,6 +34,7 @@ class Settings:
     untimed_every: int = 4  # one untimed step per this many timed ones (overhead cross-check)
     roofline: bool = True
     token: int = 1
+    user_allocs: bool = True  # a --kernel file's heap allocations counted (user_allocs.py)
 
 
 MAX_CONTEXTS = 256

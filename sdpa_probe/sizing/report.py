@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 
 from .. import native
 from ..errors import ProbeError
@@ -107,15 +108,18 @@ class SizingReport:
 def evaluate(wl: CacheWorkload, policies: list[str] | None = None, *,
              kernel: str | native.Kernel = "flash",
              kv_shape: KVShape | None = None, seed: int = 0, exhaustive: bool = False,
-             sim: Simulator | None = None) -> SizingReport:
-    """Every policy's size, the simulated minimum, and a verdict for each."""
+             sim: Simulator | None = None,
+             progress: Callable[[str], None] | None = None) -> SizingReport:
+    """Every policy's size, the simulated minimum, and a verdict for each (`progress` is
+    told what runs now)."""
     t0 = time.perf_counter()
     shape = (kv_shape or KVShape()).validate()
     chosen = resolve_policies(policies)
-    sim = sim or Simulator(wl, kernel, seed=seed, exhaustive=exhaustive)
+    sim = sim or Simulator(wl, kernel, seed=seed, exhaustive=exhaustive, progress=progress)
     minimum = sim.minimum()
     results = []
-    for pol in chosen:
+    for n, pol in enumerate(chosen, 1):
+        sim.stage = f"policy {pol.name} ({n}/{len(chosen)})"
         size = policy_size(pol, wl, sim)
         if size < 1:
             raise ProbeError(f"policy {pol.name} picks {size} slots")
@@ -130,7 +134,8 @@ def evaluate(wl: CacheWorkload, policies: list[str] | None = None, *,
 def size_caches(window: int, chunk: int, sink: int = 0, context: int | None = None,
                 policies: list[str] | None = None, *, kernel: str = "flash", layers: int = 16,
                 kv_heads: int = 8, head_dim: int = 64, dtype: str = "f16", seed: int = 0,
-                exhaustive: bool = False) -> SizingReport:
+                exhaustive: bool = False,
+                progress: Callable[[str], None] | None = None) -> SizingReport:
     """`probe sizing`: the workload and the model's KV shape checked, then every policy
     (None: all of them) judged by simulation through `kernel`."""
     check_seed(seed)
@@ -138,4 +143,5 @@ def size_caches(window: int, chunk: int, sink: int = 0, context: int | None = No
     shape = KVShape(layers=layers, kv_heads=kv_heads, head_dim=head_dim, dtype=dtype).validate()
     kern = native.get_kernel(kernel)  # (an unknown name fails before any input is made)
     # unknown policy names fail before the simulation starts (evaluate resolves them first)
-    return evaluate(wl, policies, kernel=kern, kv_shape=shape, seed=seed, exhaustive=exhaustive)
+    return evaluate(wl, policies, kernel=kern, kv_shape=shape, seed=seed, exhaustive=exhaustive,
+                    progress=progress)

@@ -161,7 +161,9 @@ def measure_scratch(kernel_name: str, sh: ScratchShape, seed: int = 0) -> Scratc
         if b.waste > WASTE_LIMIT:
             problems.append(f"waste: {b.kind} of {b.bytes} bytes written only up to "
                             f"{b.high_water} ({100 * b.waste:.0f}% never touched)")
-    if not np.isfinite(err) or err > 1e-3:
+    # (a kernel whose products round to BF16 errs by some 1e-2 on these unit-scale inputs)
+    limit = 3e-2 if "bf16-products" in kern.info.features else 1e-3
+    if not np.isfinite(err) or err > limit:
         problems.append(f"output differs from the reference by {err:.3g}")
     alloc = scratch[0].bytes // nt if scratch else None
     return ScratchReport(kernel_name, sh, asked, alloc, blocks, err, problems,

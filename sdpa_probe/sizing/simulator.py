@@ -168,8 +168,14 @@ class Simulator:
     """Simulates one workload at any cache size through one kernel."""
 
     def __init__(self, wl: CacheWorkload, kernel: str | native.Kernel = "flash", *, seed: int = 0,
-                 n_threads: int = 1, exhaustive: bool = False):
+                 n_threads: int = 1, exhaustive: bool = False,
+                 progress: Callable[[str], None] | None = None):
         self.wl = wl.validate()
+        # told what runs now (`stage`, then each cache size's schedules): a large window
+        # takes minutes
+        self.progress = progress or (lambda text: None)
+        self.stage = "the float64 reference"
+        self.progress(f"{self.stage} over {wl.horizon} positions")
         self.kernel = native.get_kernel(kernel) if isinstance(kernel, str) else kernel
         self.n_threads = n_threads
         H = wl.horizon
@@ -248,7 +254,9 @@ class Simulator:
         sim_size = min(size, self.wl.horizon)
         cache = RingCache(self, sim_size)
         results: list[ScheduleResult] = []
-        for sched in schedules if custom else self.schedules:
+        todo = schedules if custom else self.schedules
+        for n, sched in enumerate(todo, 1):
+            self.progress(f"{self.stage}: {size} slots, schedule {n}/{len(todo)}")
             r = self._run_schedule(cache, sched)
             results.append(r)
             if stop_at_wrong and r.position is not None:
@@ -301,6 +309,7 @@ class Simulator:
         if self._minimum is not None:
             return self._minimum
         H = self.wl.horizon
+        self.stage = "the smallest exact cache"
         quick = search_schedules(self.wl, self.schedules)
         m = self._search(0, H, lambda n: self.run(n, stop_at_wrong=True, schedules=quick).exact)
         if not self.exact(m):
