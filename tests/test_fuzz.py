@@ -79,28 +79,33 @@ def _in_process(path, monkeypatch):
     return lambda case: [run_case(backend, case, prepare_case(case))]
 
 
-# (bug, budget of drawn cases, what the smallest failing case has, slack in elements)
+# (bug, its seed and budget of drawn cases, the kind of failure it makes, what the
+# smallest failing case has, slack in elements)
 PLANTED = [
     # two threads over one (batch, head) task: each takes one of two keys
-    ("SPLIT_MERGE", 300, dict(batch=1, n_heads=1, q_len=1, kv_len=2, head_dim=1,
-                              n_threads=2), 2),
+    ("SPLIT_MERGE", 0, 300, "error above tolerance",
+     dict(batch=1, n_heads=1, q_len=1, kv_len=2, head_dim=1, n_threads=2), 2),
     # a block of 4 whose first key is hidden and another is not: the second block
-    ("MASK_SKIP", 300, dict(batch=1, n_heads=1, q_len=1, kv_len=6, head_dim=1), 4),
-    # the same buffers rewritten: two keys (with one, the output is its V)
-    ("STATE", 400, dict(batch=1, n_heads=1, q_len=1, kv_len=2, head_dim=1), 2),
+    ("MASK_SKIP", 0, 300, "error above tolerance",
+     dict(batch=1, n_heads=1, q_len=1, kv_len=6, head_dim=1), 4),
+    # the same buffers rewritten: two keys (with one, the output is its V). (Its static
+    # cache also mixes two concurrent callers' K, which some seeds find first.)
+    ("STATE", 3, 400, "second call on rewritten buffers",
+     dict(batch=1, n_heads=1, q_len=1, kv_len=2, head_dim=1), 2),
 ]
 
 
 # (20-40 s each here: opt in with -m slow; CI runs the fuzz command itself, .ci/run)
 @pytest.mark.slow
-@pytest.mark.parametrize("bug,budget,smallest,slack", PLANTED, ids=[p[0] for p in PLANTED])
-def test_a_planted_bug_is_found_and_shrunk(tmp_path, monkeypatch, bug, budget, smallest,
-                                           slack):
+@pytest.mark.parametrize("bug,seed,budget,kind,smallest,slack", PLANTED,
+                         ids=[p[0] for p in PLANTED])
+def test_a_planted_bug_is_found_and_shrunk(tmp_path, monkeypatch, bug, seed, budget, kind,
+                                           smallest, slack):
     res = Fuzzer(_in_process(split_kernel(tmp_path, bug), monkeypatch), None, budget,
-                 seed=0).run()
-    assert res.findings, f"not found in {res.examples} cases"
-    # (the smallest finding: a bug keyed by an address can also fail a later case)
-    case = min((f.case for f in res.findings), key=lambda c: c.kv_len)
+                 seed=seed).run()
+    found = [f.case for f in res.findings if f.kind.startswith(kind)]
+    assert found, f"not found in {res.examples} cases: {[f.kind for f in res.findings]}"
+    case = min(found, key=lambda c: c.kv_len)
     for dim, least in smallest.items():
         assert least <= getattr(case, dim) <= least + slack, (dim, spec_of(case))
 

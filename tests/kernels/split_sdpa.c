@@ -147,7 +147,7 @@ static void merge(plan *p) {
       float m = -INFINITY, sum = 0.0f, acc[4096];
       for (int64_t s = 0; s < p->splits; s++) {
         const float pm = p->part[((task * p->splits + s) * a->q_len + i) * (D + 2) + D];
-        if (pm > m) m = pm;
+        if (pm > m || pm != pm) m = pm; /* a NaN row stays NaN */
       }
       memset(acc, 0, (size_t)D * sizeof(float));
       for (int64_t s = 0; s < p->splits && m != -INFINITY; s++) {
@@ -165,7 +165,7 @@ static void merge(plan *p) {
       const int64_t b = task / a->n_heads, h = task % a->n_heads;
       for (int64_t d = 0; d < D; d++)
         o[b * a->out.stride[0] + i * a->out.stride[1] + h * a->out.stride[2] +
-          d * a->out.stride[3]] = sum > 0 ? acc[d] / sum : 0.0f;
+          d * a->out.stride[3]] = sum != 0.0f ? acc[d] / sum : 0.0f; /* NaN: NaN */
     }
 }
 
