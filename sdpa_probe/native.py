@@ -297,8 +297,9 @@ byte_bounds = getattr(np.lib, "array_utils", np).byte_bounds
 def _pointer(ffi, a: np.ndarray, keep: list):
     """A void* to a's first element. Views go through ffi.from_buffer of the
     contiguous array they view, after checking the view lies inside it."""
-    if a.size == 0:
-        raise ValueError("empty array")
+    if a.size == 0:  # (batch 0, q_len 0: the address numpy gives it, never read)
+        keep.append(a)
+        return ffi.cast("char *", a.__array_interface__["data"][0])
     root = _root_array(a)
     if root is not a and root.flags.c_contiguous:
         lo, hi = byte_bounds(a)
@@ -399,7 +400,7 @@ def prepare(ffi, q, k, v, out, *, mask: np.ndarray | None = None, is_causal: boo
     if mask is not None:
         if mask.dtype != np.float32 or mask.ndim != 2 or mask.shape != (Lq, ks[1]):
             raise ValueError(f"mask must be float32 of shape {(Lq, ks[1])}")
-        if mask.strides[1] != 4:
+        if mask.strides[1] != 4 and mask.size:  # (an empty one's strides are numpy's guess)
             raise ValueError("mask rows must be contiguous")
         args.mask = ffi.cast("const float *", _pointer(ffi, mask, keep))
         args.mask_row_stride = mask.strides[0] // 4 if Lq > 1 else ks[1]

@@ -203,7 +203,8 @@ PATH_ALONE_MUTANTS = {
     "kv0_i8": ([("if (a->batch == 0 || a->q_len == 0) return SDPA_OK;",
                  "if (a->batch == 0 || a->q_len == 0) return SDPA_OK;\n  if (a->k.dtype == "
                  "SDPA_I8) { volatile float s0_ = a->k.scale[0]; (void)s0_; }")],
-               "-kv0-", {"masked-rows-h8gqa4-q1-kv0-d64-i8"}),
+               "-kv0-", {"masked-rows-h8gqa4-q1-kv0-d64-i8",
+                         "crossings-h4gqa2-q2-kv0-d64-i8-stack256k"}),
 }
 
 

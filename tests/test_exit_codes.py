@@ -29,11 +29,13 @@ WORK = [("sdpa_probe.check.run", "run_check"), ("sdpa_probe.check.repro", "Worke
         ("sdpa_probe.cli.profile_cmd", "run_profile"), ("sdpa_probe.cli.profile_cmd", "_explore"),
         ("sdpa_probe.cli.profile_cmd", "_run_live"), ("sdpa_probe.sizing.report", "Simulator"),
         ("sdpa_probe.golden.regen", "plan_regen"), ("sdpa_probe.golden", "verify"),
-        ("sdpa_probe.golden", "diff_sets"), ("sdpa_probe.build", "_compile")]
+        ("sdpa_probe.golden", "diff_sets"), ("sdpa_probe.build", "_compile"),
+        ("sdpa_probe.fuzz.live_pool", "LivePool")]
 
 CASE = "decode-h8gqa4-q1-kv129-d64-f32"  # of the smoke suite
 # what a command needs beside the option under test to get as far as its work
 BASE = {"sizing": ["-w", "4", "--chunk", "2"], "check": ["-b", "flash", "-k", "decode"],
+        "fuzz": ["-b", "flash"],
         "golden diff": [str(golden.default_dir())]}
 # options that only count together with another one
 WITH = {("check", "--save"): ["-b", "flash", "--repro", CASE],
@@ -55,6 +57,8 @@ ACCEPTED = {
                                        "a part of an id that no case has leaves out none"),
     ("check", "--save"): {"directory": "where the repro files go",
                           "missing": "created for the repro files"},
+    ("fuzz", "--corpus"): {"directory": "the shrunk cases are written into it",
+                           "missing": "created for the shrunk cases"},
     ("golden diff", "--drift"): {"zero": "any move counts as a change"},
     ("golden regen", "--drift"): {"zero": "any move counts as a change"},
     ("golden regen", "--dir"): {"directory": "a new set is written into it",

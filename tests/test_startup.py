@@ -27,7 +27,7 @@ print(json.dumps(seen))
 
 LIGHT_COMMANDS = [["--help"], ["sizing", "--help"], ["check", "--help"], ["bench", "--help"],
                   ["profile", "--help"], ["backends", "--help"], ["run", "--help"],
-                  ["golden", "--help"], ["info", "--help"]]
+                  ["golden", "--help"], ["info", "--help"], ["fuzz", "--help"]]
 
 
 def _heavy_imports(commands: list[list[str]]) -> dict[str, list[str]]:

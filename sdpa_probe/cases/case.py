@@ -19,6 +19,9 @@ VALUE_RECIPES = ("constant-token", "zero-tokens", "nan-inputs")
 # token's weight, while torch's own error (the tolerance's floor) stays that of the
 # ordinary tokens
 ZERO_ROWS_FIRST, ZERO_ROWS_EVERY = 11, 37
+# metamorphic relations (sdpa_probe/check/relations.py says what each compares)
+RELATIONS = ("permute-keys", "masked-key", "batch-split", "v-scale", "one-key", "rewritten",
+             "concurrent")
 LAYOUTS = ("bshd", "bhsd", "padded", "dmajor", "vdmajor", "qfused", "offset", "far", "fenced",
            "fenced-start", "reversed")
 
@@ -62,8 +65,16 @@ class Case:
     invalid: str = ""         # a name in INVALID_CALLS: the valid call above with
     #                           that one thing broken, which the kernel must refuse
     seed: int = 0
+    relation: str = ""        # a name in RELATIONS: the call judged against the oracle,
+    #                           then against the kernel's own answer to a transformed call
 
     def __post_init__(self):
+        if self.relation and self.relation not in RELATIONS:
+            raise ValueError(f"relation {self.relation!r}: one of {', '.join(RELATIONS)}")
+        if self.relation and (self.invalid or self.reuse or self.callers > 1
+                              or self.stack_kib):
+            raise ValueError("relation: a plain call (not invalid, reuse, callers or "
+                             "stack_kib)")
         if self.dtype not in DTYPES:
             raise ValueError(f"unknown dtype {self.dtype}")
         if self.layout not in LAYOUTS:
@@ -116,7 +127,7 @@ class Case:
             parts.append(self.mask.replace(":", ""))
         if self.layout != "bshd":
             parts.append(self.layout)
-        if self.scale > 0:
+        if self.scale != 0:  # (below zero: the default scale, asked for another way)
             parts.append(f"scale{self.scale:g}")
         if self.magnitude != 1.0:
             parts.append(f"x{self.magnitude:g}")
@@ -136,12 +147,17 @@ class Case:
             parts.append("reuse")
         if self.invalid:
             parts.append(f"invalid-{self.invalid}")
+        if self.relation:
+            parts.append(f"rel-{self.relation}")
         if self.seed:
             parts.append(f"s{self.seed}")
         return "-".join(p for p in parts if p)
 
     def params(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if not self.relation:  # (the records and golden data of plain cases as they were)
+            del d["relation"]
+        return d
 
     @property
     def needs_reference(self) -> bool:

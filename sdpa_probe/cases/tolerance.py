@@ -27,7 +27,8 @@ TORCH_MULT = 3.0
 # same structural bugs and combines conditioning the same way (x10 logits with an F32
 # query over an F16 cache at head_dim 20: our flash kernel and ExecuTorch err 6x torch).
 RANDOM_TORCH_MULT = 16.0
-GENERATED_FAMILIES = ("random", "pairs")
+# (and `probe fuzz`'s cases, drawn from the same space with x100 logits among them)
+GENERATED_FAMILIES = ("random", "pairs", "fuzz")
 
 
 def torch_mult(case: Case) -> float:

@@ -13,6 +13,7 @@ from ..backends import make
 from ..backends.registry import is_kernel_file
 from ..cases import Case, all_cases, judged_tolerance, tolerance
 from ..cases import find_case as cases_find_case
+from ..cases.spec import is_spec, parse_spec
 from ..cases.suites import SUITES, suite
 from ..errors import ProbeError
 from ..judge import repeat
@@ -79,7 +80,13 @@ class Repro:
 
 def find_case(case_id: str) -> Case:
     """The case an id names in any fixed suite: the smoke suite's cases are not all in
-    the full one, and a failure's repro command names the case of the suite it ran."""
+    the full one, and a failure's repro command names the case of the suite it ran; or
+    a case written out in full (a spec, as probe fuzz prints it)."""
+    if is_spec(case_id):
+        try:
+            return parse_spec(case_id)
+        except (ValueError, TypeError) as exc:
+            raise ProbeError(f"case spec {case_id!r}: {exc}") from None
     cases = {c.id: c for name in SUITES for c in suite(name)} | all_cases()
     found = cases_find_case(case_id, cases)
     if found is not None:

@@ -18,7 +18,8 @@ from ..native import configure
 from ..records import base_record
 from ..targets.check import TargetBackend
 from ..targets.spec import split_target
-from .calls import prepare_case, run_one
+from .calls import prepare_case
+from .relations import run_case
 
 
 def worker_main(conn, setup: dict) -> None:
@@ -93,7 +94,7 @@ def _serve(conn, setup: dict, limits: sandbox.Limits | None) -> None:
                     continue
                 if name not in backends:
                     backends[name] = make(name)
-                rec = run_one(backends[name], case, prep, keep_output=True)
+                rec = run_case(backends[name], case, prep, keep_output=True)
                 diagnosis_budget.diagnose(rec, case, prep)
                 rec.output = rec.reference = None  # (not sent: the parent has no use for them)
                 about_inputs = rec.retry_on_fresh_inputs

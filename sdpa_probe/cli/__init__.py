@@ -76,6 +76,7 @@ from . import (  # noqa: E402, F401, I001
     backends_cmd,
     info_cmd,
     check_cmd,
+    fuzz_cmd,
     run_cmd,
     sizing_cmd,
     profile_cmd,

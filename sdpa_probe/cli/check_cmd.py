@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from ..check.run import CheckRequest, CheckResult
     from ..records import Record
 
+STRESS_ROUNDS = 20  # --stress-rounds' default (fuzz.stress.DEFAULT_ROUNDS: not imported
+#                     here, its package imports torch)
 MAX_TIMEOUT = 86400
 MAX_JOBS = 1024  # worker processes: past any machine's cores
 MAX_FAIL = 1 << 30  # --maxfail: past any suite's size
@@ -116,6 +118,20 @@ def check_command(
                                       help="List every failure in full (default: one per "
                                            "kind, a backend's same reason but for its "
                                            "figures, with the other cases' ids)."),
+    case_arg: list[str] = typer.Option(None, "--case",
+                                       help="Check this case instead of a suite: an id, or a "
+                                            "spec (key=value,..., as probe fuzz prints). "
+                                            "Repeatable."),
+    corpus: str = typer.Option(None, "--corpus", help="Check the cases kept in this corpus "
+                                                      "directory (probe fuzz --corpus)."),
+    coverage: bool = typer.Option(False, "--coverage",
+                                  help="Print which factor-value pairs the selected cases "
+                                       "meet and which never do, and exit."),
+    stress: bool = typer.Option(False, "--stress",
+                                help="After the run, each threaded or concurrent case again "
+                                     "under varied scheduling (--stress-rounds times)."),
+    stress_rounds: int = typer.Option(STRESS_ROUNDS, "--stress-rounds", min=1, max=100000,
+                                      help="Rounds per case with --stress."),
     exitfirst: bool = typer.Option(False, "--exitfirst", "-x",
                                    help="Stop at the first failure (--maxfail 1)."),
     maxfail: int = typer.Option(0, "--maxfail", min=0, max=MAX_FAIL, metavar="N",
@@ -175,9 +191,16 @@ def check_command(
         raise typer.Exit(run_repro(out, repro, req.names, save, force, timeout, seed,
                                    req.worker_setup(), after=after or [],
                                    json_path=json_path))  # (--format: run_repro's)
-    cases, notes, keep_ids = select_cases(req), [], None
+    # (deferred, as run_check: the fuzz package's cases import torch)
+    from .check_given import given_cases, show_coverage, spec_repros, stress_after
+
+    given = given_cases(case_arg, path_option(corpus, "--corpus"), req)
+    cases, notes, keep_ids = (select_cases(req) if given is None else given), [], None
     if req.last_failed:
         cases, keep_ids = last_failed_filter(req, cases, notes)
+    if coverage:
+        show_coverage(out, cases, json_path)
+        return
     if list_cases:
         if suite_name in EXTRA_SUITES:
             raise ProbeError(f"--list: the {suite_name} suite is not a case list; "
@@ -189,6 +212,9 @@ def check_command(
     for note in job_notes:
         out.note(note)
     res = _run_with_progress(out, req, cases, keep_ids, notes)
+    spec_repros(res, given)
+    if stress:
+        stress_after(out, req, res, stress_rounds)
     for note in res.notes:
         out.note(note)
     if json_path:

@@ -13,6 +13,7 @@ from .calls import (
     small_stack,
     threads,
 )
+from .crossings import crossings
 from .layouts import far_offsets, fenced_buffers, mixed_layouts, reversed_strides, strided_layouts
 from .masking import causal_offsets, fully_masked_rows, masks, nan_inputs, windows_rings_sinks
 from .numerics import float_query, int8_zero_rows, logits, storage_dtypes, symmetric_int8
@@ -34,7 +35,7 @@ DEFAULT_FAMILIES = (
     logits, storage_dtypes, int8_zero_rows, float_query, symmetric_int8,
     strided_layouts, far_offsets, mixed_layouts, reversed_strides, fenced_buffers,
     threads, reuse, many_threads, concurrent_callers, small_stack, long_contexts,
-    pairs, refused_calls,
+    pairs, crossings, refused_calls,
 )
 
 
