@@ -161,7 +161,7 @@ def test_bench_reports_allocations_per_call_in_json_and_table(tmp_path):
     assert r["peers"]["torch"]["allocs"]["allocs"] >= 1     # its output tensor at least
     assert r["peers"][bench.F32_REFERENCE]["allocs"] is None  # (that is flash)
     table = bench_cmd._allocs_table(doc)
-    assert [c.header for c in table.columns] == ["shape", "kernel", "kernel allocs",
+    assert [c.header for c in table.cols] == ["shape", "kernel", "kernel allocs",
                                                  "torch allocs", "quant_int8 allocs"]
     res = CliRunner().invoke(app, args + ["--no-allocs", "--json", "-"])
     assert res.exit_code == 0, res.output

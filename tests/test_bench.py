@@ -148,7 +148,7 @@ def test_noisy_medians_are_marked_and_named_in_a_note(monkeypatch):
     assert r["noisy"] and r["peers"]["torch"]["noisy"]
     (note,) = [n for n in doc["notes"] if n.startswith("noisy")]
     assert f"{shape.name} flash" in note and f"{shape.name} torch" in note
-    assert set(doc["load"]) == {"other_cpu_fraction", "steal_fraction", "busy"}
+    assert set(doc["load"]) == {"other_cpu_fraction", "steal_fraction", "round_spread", "busy"}
     table = bench_cmd._table(doc)  # the noisy figures are drawn in yellow
     cells = list(zip(*table.rows, strict=True))
     assert cells[3][0].startswith("[yellow]") and cells[10][0].startswith("[yellow]")

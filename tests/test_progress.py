@@ -88,7 +88,8 @@ def test_build_progress_without_a_build_prints_nothing():
 
 
 def test_sizing_shows_what_it_simulates():
-    res = CliRunner().invoke(app, ["sizing", "-w", "8", "-c", "4", "-s", "1", "-p", "closed-form"])
+    res = CliRunner().invoke(app, ["sizing", "-w", "8", "--chunk", "4", "--sink", "1",
+                                   "-p", "closed-form"])
     assert res.exit_code == 0, res.output
     assert res.stderr.startswith("probe sizing: the float64 reference over")
     assert "probe sizing" not in res.stdout

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from .. import native
+from ..errors import SdpaUnsupported
 from .align import align_up_exact, align_up_wrong_mask, check_align_up
 from .cache_workload import CacheWorkload, closed_form_minimum
 from .guard import guard_selftest
@@ -139,7 +140,14 @@ def _align_cases() -> list[dict]:
 
 def _kernel_scratch_case(name: str, sh: ScratchShape) -> dict:
     t0 = time.perf_counter()
-    rep = measure_scratch(name, sh)
+    try:
+        rep = measure_scratch(name, sh)
+    except SdpaUnsupported:  # (a kernel this build or CPU cannot run: flash_bf16 without AMX)
+        bf16 = "bf16-products" in native.get_kernel(name).info.features
+        why = native.flash_bf16_why() if bf16 else None
+        return {"case": f"scratch-{name}-{sh.name}", "status": "unsupported",
+                "reason": "kernel returned SDPA_UNSUPPORTED" + (f": {why}" if why else ""),
+                "max_abs_err": None, "seconds": time.perf_counter() - t0}
     sc = next((b for b in rep.blocks if b.kind == "per-thread scratch"), None)
     if rep.ok:
         reason = (f"asks {rep.asked} B/thread, writes up to {sc.high_water} B "
