@@ -184,6 +184,8 @@ class WorkerPool:
             while queue or any(s.case is not None for s in self.slots):
                 if stop is not None and stop():
                     queue.clear()
+                    if not any(s.case is not None for s in self.slots):
+                        break  # (else the wait below would sit out an idle deadline)
                 for s in self.slots:
                     if s.ready and s.case is None and queue:
                         case, names = queue.popleft()
