@@ -101,8 +101,11 @@ def _prepared(case):
     return _PREPARED[case.id]
 
 
-@pytest.mark.parametrize("example", ["minimal_sdpa.c", "online_sdpa.c",
-                                     pytest.param("minimal_sdpa.cpp", marks=needs_cxx)])
+# (the README's example in every run; its twins, C++ and online softmax, opt in: slow)
+@pytest.mark.parametrize("example", ["minimal_sdpa.c",
+                                     pytest.param("online_sdpa.c", marks=pytest.mark.slow),
+                                     pytest.param("minimal_sdpa.cpp",
+                                                  marks=[needs_cxx, pytest.mark.slow])])
 def test_example_kernel_passes_default_suite(example):
     backend = NativeBackend("user", load_user_kernel(EXAMPLE_KERNEL.with_name(example)))
     for case in suite("default"):

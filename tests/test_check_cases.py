@@ -101,6 +101,7 @@ def test_a_hoisted_first_key_is_caught_by_an_empty_cache(tmp_path):
     assert all(r["status"] == "pass" for c, r in recs.items() if "-kv0-" not in c), recs
 
 
+@pytest.mark.slow  # (70,001-key cases)
 @pytest.mark.parametrize("old,new,dtype", [pytest.param(
     "int64_t qo = b * t->qstride[0] + s * t->qstride[1] + h * t->qstride[2];",
     "int64_t qo = b * t->qstride[0] + (int16_t)s * t->qstride[1] + h * t->qstride[2];", "i8",

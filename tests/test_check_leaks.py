@@ -38,6 +38,7 @@ def test_a_kernel_that_leaks_a_thread_a_descriptor_or_a_mapping_per_call(tmp_pat
                         for r in recs.values()), recs
 
 
+@pytest.mark.slow  # (a pytest process of its own)
 def test_the_allocators_warm_up_in_a_fresh_process_is_not_a_leak():
     """glibc grows its main heap (the program break) over a fresh process's first calls.
     With the address space read whole, `decomposed` on the second of these tests, in a

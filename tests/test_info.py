@@ -211,6 +211,7 @@ def test_a_ceiling_well_below_this_machines_best_counts_as_busy():
     assert machine.compare_with_best(dict(first), {})["load"]["busy"] is False  # nothing yet
 
 
+@pytest.mark.slow  # (two real roofline measurements)
 def test_info_warns_when_the_host_is_below_its_best(roof_dir, monkeypatch):
     monkeypatch.setattr(machine, "BELOW_BEST_FRACTION", 0.85)
     # another build's roofline, measured on a quiet host, is in the cache

@@ -49,6 +49,7 @@ def test_portable_build_passes_the_smoke_suite():
     assert passed >= {"flash", "quant_int8"}
 
 
+@pytest.mark.slow  # (a second build of the kernel set, and the default suite on it)
 @pytest.mark.skipif(not X86 or not all(machine.isa_flags().get(f) for f in ("avx2", "fma", "f16c")),
                     reason="needs an x86-64 CPU with AVX2, FMA and F16C")
 def test_avx2_build_passes_the_default_suite():
