@@ -1,7 +1,6 @@
 /* Runtime shared by the built-in kernels: counted allocation, a persistent
  * thread pool, exact power-of-two alignment. */
 #define _GNU_SOURCE
-#include <fenv.h>
 #if defined(__GLIBC__) || defined(__linux__)
 #include <malloc.h>
 #endif
@@ -12,47 +11,18 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fp_env.h"
 
 /* ---- the caller's floating-point environment ------------------------------ */
 
 /* A kernel that turns on flush-to-zero / denormals-are-zero or changes the rounding
  * mode for its own speed must restore them: the calling thread's later arithmetic
- * (the model around the kernel) would otherwise run in another number system. The
- * control state here: x86 MXCSR without its sticky exception flags (bits 0-5, set by
- * ordinary arithmetic) in the low half, the x87 control word above; AArch64 FPCR;
- * elsewhere the C rounding mode. */
-int64_t sdpa_probe_fp_control(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  uint32_t csr;
-  uint16_t cw;
-  __asm__ volatile("stmxcsr %0" : "=m"(csr));
-  __asm__ volatile("fnstcw %0" : "=m"(cw));
-  return ((int64_t)cw << 32) | (int64_t)(csr & ~0x3Fu);
-#elif defined(__aarch64__)
-  uint64_t fpcr;
-  __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
-  return (int64_t)fpcr;
-#else
-  return (int64_t)fegetround();
-#endif
-}
+ * (the model around the kernel) would otherwise run in another number system
+ * (fp_env.h says what the state holds). */
+int64_t sdpa_probe_fp_control(void) { return fp_env_read(); }
 
 /* Puts back a state sdpa_probe_fp_control returned (the sticky flags as they are). */
-void sdpa_probe_fp_control_set(int64_t v) {
-#if defined(__x86_64__) || defined(__i386__)
-  uint32_t csr;
-  uint16_t cw = (uint16_t)(v >> 32);
-  __asm__ volatile("stmxcsr %0" : "=m"(csr));
-  csr = (csr & 0x3Fu) | ((uint32_t)v & ~0x3Fu);
-  __asm__ volatile("ldmxcsr %0" : : "m"(csr));
-  __asm__ volatile("fldcw %0" : : "m"(cw));
-#elif defined(__aarch64__)
-  uint64_t fpcr = (uint64_t)v;
-  __asm__ volatile("msr fpcr, %0" : : "r"(fpcr));
-#else
-  fesetround((int)v);
-#endif
-}
+void sdpa_probe_fp_control_set(int64_t v) { fp_env_write(v); }
 
 /* ---- the process's heap ----------------------------------------------- */
 

@@ -31,6 +31,7 @@
 #include <unistd.h>
 #include <dirent.h>
 
+#include "fp_env.h"
 #include "sdpa_probe.h"
 #include "sdpa_probe_caller.h"
 #ifdef SDPA_WORKER_BUILTIN
@@ -206,39 +207,6 @@ static void read_call(call_spec *c) {
   a->n_threads = (int32_t)rd_i64();
 }
 
-/* ---- the caller's floating-point environment --------------------------- */
-
-static uint64_t fp_control(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  uint32_t csr;
-  uint16_t cw;
-  __asm__ volatile("stmxcsr %0" : "=m"(csr));
-  __asm__ volatile("fnstcw %0" : "=m"(cw));
-  return ((uint64_t)cw << 32) | (csr & ~0x3Fu);
-#elif defined(__aarch64__)
-  uint64_t fpcr;
-  __asm__ volatile("mrs %0, fpcr" : "=r"(fpcr));
-  return fpcr;
-#else
-  return 0;
-#endif
-}
-
-static void fp_control_set(uint64_t v) {
-#if defined(__x86_64__) || defined(__i386__)
-  uint32_t csr;
-  uint16_t cw = (uint16_t)(v >> 32);
-  __asm__ volatile("stmxcsr %0" : "=m"(csr));
-  csr = (csr & 0x3Fu) | ((uint32_t)v & ~0x3Fu);
-  __asm__ volatile("ldmxcsr %0" : : "m"(csr));
-  __asm__ volatile("fldcw %0" : : "m"(cw));
-#elif defined(__aarch64__)
-  __asm__ volatile("msr fpcr, %0" : : "r"(v));
-#else
-  (void)v;
-#endif
-}
-
 /* ---- one call ----------------------------------------------------------- */
 
 #ifdef SDPA_WORKER_BUILTIN
@@ -289,13 +257,13 @@ static void one_call(const call_spec *c, result *r) {
   for (uint64_t i = 0; i < n_bufs; i++)
     if (bufs[i].before) memcpy(bufs[i].before, bufs[i].base, bufs[i].size);
   r->out_buf = c->out_buf;
-  r->fp_before = fp_control();
+  r->fp_before = (uint64_t)fp_env_read();
   int64_t t0 = now_ns();
   r->status = forward(&c->args);
   if (out) memcpy(r->at_return, out->base, out->size);
   r->ns = now_ns() - t0;
-  r->fp_after = fp_control();
-  if (r->fp_after != r->fp_before) fp_control_set(r->fp_before);
+  r->fp_after = (uint64_t)fp_env_read();
+  if (r->fp_after != r->fp_before) fp_env_write((int64_t)r->fp_before);
   if (out) {
     int64_t waited = 0;
     if (poison_left(&c->args, r->at_return, out->base))
