@@ -191,6 +191,13 @@ def flash_bf16_why() -> str | None:
     return None if why == ffi.NULL else ffi.string(why).decode()
 
 
+def refused_reason(kernel: Kernel) -> str:
+    """What SDPA_UNSUPPORTED means from one of our kernels: flash_bf16 (the BF16-product
+    kernel) says why it cannot use the AMX tiles here; the others refuse a case alone."""
+    why = flash_bf16_why() if "bf16-products" in kernel.info.features else None
+    return "kernel returned SDPA_UNSUPPORTED" + (f": {why}" if why else "")
+
+
 def get_kernel(name: str) -> Kernel:
     kernels = builtin_kernels()
     if name not in kernels:

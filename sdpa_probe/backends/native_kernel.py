@@ -53,13 +53,10 @@ class NativeBackend:
         return None  # (the kernel answers for itself: SDPA_UNSUPPORTED is the ABI's way)
 
     def why_refused(self) -> str:
-        """What SDPA_UNSUPPORTED means from this kernel: flash_bf16 says why it cannot use
-        the AMX tiles here."""
-        if self.products == "bf16":
-            why = native.flash_bf16_why()
-            if why:
-                return f"kernel returned SDPA_UNSUPPORTED: {why}"
-        return "kernel returned SDPA_UNSUPPORTED"
+        """What SDPA_UNSUPPORTED means from this kernel (native.refused_reason)."""
+        if self.path is not None:
+            return "kernel returned SDPA_UNSUPPORTED"
+        return native.refused_reason(self.kernel)
 
     def timer(self, shape, sets, threads: int) -> NativeParty:
         """Timed in the library's C loop (a user kernel through its sdpa_forward)."""

@@ -143,10 +143,8 @@ def _kernel_scratch_case(name: str, sh: ScratchShape) -> dict:
     try:
         rep = measure_scratch(name, sh)
     except SdpaUnsupported:  # (a kernel this build or CPU cannot run: flash_bf16 without AMX)
-        bf16 = "bf16-products" in native.get_kernel(name).info.features
-        why = native.flash_bf16_why() if bf16 else None
         return {"case": f"scratch-{name}-{sh.name}", "status": "unsupported",
-                "reason": "kernel returned SDPA_UNSUPPORTED" + (f": {why}" if why else ""),
+                "reason": native.refused_reason(native.get_kernel(name)),
                 "max_abs_err": None, "seconds": time.perf_counter() - t0}
     sc = next((b for b in rep.blocks if b.kind == "per-thread scratch"), None)
     if rep.ok:
