@@ -181,34 +181,40 @@ class WorkerPool:
         self.slots = [self._spawn() for _ in range(min(self.n, len(queue)) or 1)]
         on_term = _end_on_sigterm()
         try:
-            while queue or any(s.case is not None for s in self.slots):
-                if stop is not None and stop():
-                    queue.clear()
-                    if not any(s.case is not None for s in self.slots):
-                        break  # (else the wait below would sit out an idle deadline)
-                for s in self.slots:
-                    if s.ready and s.case is None and queue:
-                        case, names = queue.popleft()
-                        s.case, s.pending = case, list(names)
-                        s.deadline = time.monotonic() + self.timeout
-                        s.conn.send((case.params(), names))
-                now = time.monotonic()
-                wait_for = max(0.01, min(s.deadline for s in self.slots) - now)
-                ready = wait([s.conn for s in self.slots] + [s.proc.sentinel for s in self.slots],
-                             timeout=wait_for)
-                for i, s in enumerate(list(self.slots)):
-                    if s.conn in ready or s.proc.sentinel in ready:
-                        self.slots[i] = self._service(s, queue, on_record)
-                now = time.monotonic()
-                for i, s in enumerate(list(self.slots)):
-                    if now > s.deadline and (s.case is not None or not s.ready):
-                        self.slots[i] = self._expire(s, queue, on_record)
+            self._drive(queue, on_record, stop)
         finally:
             for s in self.slots:
                 self._retire(s)
             self.logdir.cleanup()
             if on_term is not None:
                 signal.signal(signal.SIGTERM, on_term)
+
+    def _drive(self, queue: collections.deque, on_record, stop=None) -> None:
+        """The queue's jobs on the slots' workers until none is queued or running: each
+        sent to an idle worker, its records passed on, a dead or late worker's job judged
+        and the worker replaced (run's workers, or a LivePool's kept open)."""
+        while queue or any(s.case is not None for s in self.slots):
+            if stop is not None and stop():
+                queue.clear()
+                if not any(s.case is not None for s in self.slots):
+                    break  # (else the wait below would sit out an idle deadline)
+            for s in self.slots:
+                if s.ready and s.case is None and queue:
+                    case, names = queue.popleft()
+                    s.case, s.pending = case, list(names)
+                    s.deadline = time.monotonic() + self.timeout
+                    s.conn.send((case.params(), names))
+            now = time.monotonic()
+            wait_for = max(0.01, min(s.deadline for s in self.slots) - now)
+            ready = wait([s.conn for s in self.slots] + [s.proc.sentinel for s in self.slots],
+                         timeout=wait_for)
+            for i, s in enumerate(list(self.slots)):
+                if s.conn in ready or s.proc.sentinel in ready:
+                    self.slots[i] = self._service(s, queue, on_record)
+            now = time.monotonic()
+            for i, s in enumerate(list(self.slots)):
+                if now > s.deadline and (s.case is not None or not s.ready):
+                    self.slots[i] = self._expire(s, queue, on_record)
 
     def _service(self, s: _Slot, queue, on_record) -> _Slot:
         try:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import collections
 import os
-import time
-from multiprocessing.connection import wait
 
 from .. import sandbox
 from ..backends import parse
@@ -55,20 +53,5 @@ class LivePool(WorkerPool):
         """Every backend of `names` on `case`, in the worker; a record each."""
         queue = collections.deque([(case, [parse(n).name for n in names])])
         records: list[Record] = []
-        while queue or any(s.case is not None for s in self.slots):
-            for s in self.slots:
-                if s.ready and s.case is None and queue:
-                    c, ns = queue.popleft()
-                    s.case, s.pending = c, list(ns)
-                    s.deadline = time.monotonic() + self.timeout
-                    s.conn.send((c.params(), ns))
-            wait_for = max(0.01, min(s.deadline for s in self.slots) - time.monotonic())
-            wait([s.conn for s in self.slots] + [s.proc.sentinel for s in self.slots],
-                 timeout=wait_for)
-            for i, s in enumerate(list(self.slots)):
-                self.slots[i] = self._service(s, queue, records.append)
-            now = time.monotonic()
-            for i, s in enumerate(list(self.slots)):
-                if now > s.deadline and (s.case is not None or not s.ready):
-                    self.slots[i] = self._expire(s, queue, records.append)
+        self._drive(queue, records.append)
         return records
